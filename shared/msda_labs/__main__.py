@@ -1,0 +1,3 @@
+from msda_labs.cli import main
+
+raise SystemExit(main())

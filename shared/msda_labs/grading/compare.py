@@ -1,0 +1,117 @@
+"""The one comparison every test uses, with feedback that teaches.
+
+A failure is one line: what was checked and on which case, how many elements are off at which
+tolerance, the first wrong element (index, yours vs reference), NaN/inf counted apart, and, when
+the wrong output equals what a known mistake produces, the name of that mistake.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+
+from msda_labs.cases import tolerance
+
+__all__ = ["expect_close", "expect_equal", "expect_tensor", "describe_value", "mismatch"]
+
+
+def describe_value(obj: Any) -> str:
+    if isinstance(obj, dict) and "__unsupported__" in obj:
+        return f"an object of type {obj['__unsupported__']}"
+    if isinstance(obj, torch.Tensor):
+        return f"a {obj.dtype} tensor of shape {tuple(obj.shape)}"
+    return f"{type(obj).__name__} {obj!r:.80}"
+
+
+def expect_tensor(res: Any, what: str, shape=None, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Fail unless ``res`` is a tensor (of ``shape`` / ``dtype`` when given)."""
+    if not isinstance(res, torch.Tensor):
+        raise AssertionError(f"{what}: expected a torch.Tensor, got {describe_value(res)}")
+    if shape is not None and tuple(res.shape) != tuple(shape):
+        raise AssertionError(f"{what}: shape {tuple(res.shape)}, expected {tuple(shape)}")
+    if dtype is not None and res.dtype != dtype:
+        raise AssertionError(f"{what}: dtype {res.dtype}, expected {dtype}")
+    return res
+
+
+def _fmt_index(flat: int, shape) -> str:
+    if not shape:
+        return "[]"
+    idx = []
+    for size in reversed(shape):
+        idx.append(flat % size)
+        flat //= size
+    return "[" + ", ".join(str(i) for i in reversed(idx)) + "]"
+
+
+def mismatch(res: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float):
+    """(bad mask, number bad) comparing in float64; NaN/inf must match exactly."""
+    a = res.detach().to(torch.float64).cpu()
+    b = ref.detach().to(torch.float64).cpu()
+    close = torch.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
+    return ~close, int((~close).sum())
+
+
+def expect_close(res: Any, ref: torch.Tensor, *, what: str, case: str = "",
+                 dtype: torch.dtype | None = None, rtol: float | None = None,
+                 atol: float | None = None, backward: bool = False,
+                 variants: Mapping[str, tuple[torch.Tensor, str]] | None = None,
+                 expect_dtype: torch.dtype | None = None) -> None:
+    """Assert ``res`` matches ``ref`` within the dtype's tolerance (or the given one).
+
+    Args:
+        res: the submission's result (anything; non-tensors fail with a clear message).
+        ref: the reference, any float dtype (compared in float64).
+        what: what was computed, e.g. ``"msda_naive_student(...)"``.
+        case: a description of the inputs (``Case.describe()``).
+        dtype: the dtype the submission computed in; picks the tolerance.
+        variants: ``{name: (output_of_that_mistake, explanation)}``, checked in order when the
+            result is wrong: a match names the mistake in the message.
+        expect_dtype: when given, the result must have this dtype.
+    """
+    where = f"{what} on {case}" if case else what
+    res = expect_tensor(res, where, shape=ref.shape)
+    if expect_dtype is not None and res.dtype != expect_dtype:
+        raise AssertionError(f"{where}: returned dtype {res.dtype}, expected {expect_dtype}")
+    if rtol is None or atol is None:
+        d_rtol, d_atol = tolerance(dtype or res.dtype, backward=backward)
+        rtol = d_rtol if rtol is None else rtol
+        atol = d_atol if atol is None else atol
+    bad, n_bad = mismatch(res, ref, rtol, atol)
+    if n_bad == 0:
+        return
+    flat = int(bad.flatten().nonzero()[0])
+    r = res.detach().flatten()[flat].item()
+    e = ref.detach().flatten()[flat].item()
+    parts = [f"{where}: {n_bad} of {ref.numel()} elements differ (rtol={rtol:g}, atol={atol:g}); "
+             f"first at {_fmt_index(flat, tuple(ref.shape))}: yours {r:.6g}, reference {e:.6g}"]
+    res64 = res.detach().to(torch.float64)
+    n_nan, n_inf = int(torch.isnan(res64).sum()), int(torch.isinf(res64).sum())
+    if n_nan or n_inf:
+        parts.append(f"your result holds {n_nan} NaN and {n_inf} inf")
+    if bool((res64 == 0).all()) and bool((ref != 0).any()):
+        parts.append("your result is all zeros: is anything written at all?")
+    for name, (out, explanation) in (variants or {}).items():
+        if out.shape != ref.shape:
+            continue
+        _, differs_from_ref = mismatch(out, ref, rtol, atol)
+        _, n_off = mismatch(res, out, max(rtol, 1e-6), max(atol, 1e-6))
+        if differs_from_ref and n_off == 0:
+            parts.append(f"this is exactly the output of {explanation}")
+            break
+    raise AssertionError("; ".join(parts))
+
+
+def expect_equal(res: Any, expected: Any, *, what: str, hint: str = "") -> None:
+    """Exact equality of plain values (ints, bools, strings, lists)."""
+    if isinstance(expected, bool):
+        ok = res is expected or (type(res).__name__ == "bool" and res == expected)
+        if not isinstance(res, bool):
+            raise AssertionError(f"{what}: expected the bool {expected}, got "
+                                 f"{describe_value(res)}")
+    else:
+        ok = type(res) is type(expected) and res == expected
+    if not ok:
+        msg = f"{what}: got {res!r:.120}, expected {expected!r:.120}"
+        raise AssertionError(f"{msg}; {hint}" if hint else msg)

@@ -1,0 +1,368 @@
+"""The grading pytest plugin: points live on the tests, verdicts come from an isolated submission.
+
+A lab's test module declares::
+
+    LAB = "lab01"                      # which lab; the student module is <lab folder>/lab01.py
+    MODE = "cpu"                       # cpu | interpret | aot: where the submission's code runs
+    TASKS = {"1.1": "bilinear_sample", "1.2": "msda_naive_student"}
+
+and every test carries ``@pytest.mark.task("1.1", points=2)`` (GPU-only tests also
+``@pytest.mark.stage("gpu")``). A test asks the ``submission`` fixture to run code and compares
+what comes back with the shared helpers; it never imports the student's module itself.
+
+Statuses: passed; failed (an assertion: the one-line feedback); not_attempted (the stub's
+NotImplementedError); error (the submission raised); crashed (its process died); timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from msda_labs.grading.executor import Executor, InfrastructureError, Outcome
+from msda_labs.grading.results import ExerciseResult, GradeResult, TestResult
+from msda_labs.grading.rules import SourceInfo, forbidden_imports
+
+__all__ = [
+    "Submission",
+    "SubmissionProblem",
+    "NotAttempted",
+    "SubmissionError",
+    "SubmissionCrashed",
+    "SubmissionTimeout",
+    "RuleViolation",
+    "GRADE_KEY",
+]
+
+
+class SubmissionProblem(Exception):
+    status = "error"
+
+
+class NotAttempted(SubmissionProblem):
+    status = "not_attempted"
+
+
+class SubmissionError(SubmissionProblem):
+    status = "error"
+
+
+class SubmissionCrashed(SubmissionProblem):
+    status = "crashed"
+
+
+class SubmissionTimeout(SubmissionProblem):
+    status = "timeout"
+
+
+class RuleViolation(AssertionError):
+    """The submission breaks a rule read from its source."""
+
+
+def _call(module, name: str, *args, **kwargs):
+    """The built-in probe: call ``name`` of the submission."""
+    fn = getattr(module, name, None)
+    if fn is None:
+        raise AttributeError(f"your module defines no '{name}'")
+    return fn(*args, **kwargs)
+
+
+def _imported(module) -> bool:
+    """The preflight probe: importing the module is all it does."""
+    return True
+
+
+_RAISE = {"not_attempted": NotAttempted, "error": SubmissionError, "crashed": SubmissionCrashed,
+          "timeout": SubmissionTimeout}
+
+
+class Submission:
+    """What a test sees of the student's work: run code in isolation, read the source."""
+
+    def __init__(self, session: "GradingSession", mode: str):
+        self._session = session
+        self.mode = mode
+        self.source: SourceInfo = session.source
+        self.path: Path = session.submission
+
+    def run(self, probe: Callable, *args, timeout: float | None = None, **kwargs) -> Any:
+        """``probe(module, *args, **kwargs)`` in a fresh child process; returns its result
+        (tensors and plain data) or raises a :class:`SubmissionProblem`."""
+        outcome: Outcome = self._session.executor().run(
+            probe, *args, mode=self.mode, timeout=timeout or self._session.timeout, **kwargs)
+        self._session.last_output = outcome.output
+        if outcome.kind == "ok":
+            return outcome.value
+        raise _RAISE[outcome.kind](outcome.message)
+
+    def call(self, name: str, *args, **kwargs) -> Any:
+        """Call the submission's ``name(*args, **kwargs)`` in a fresh child process."""
+        return self.run(_call, name, *args, **kwargs)
+
+
+GRADE_KEY = pytest.StashKey["GradingSession"]()
+
+
+class GradingSession:
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.lab: str | None = None
+        self.lab_dir: Path | None = None
+        self.title = ""
+        self.tasks: "OrderedDict[str, str]" = OrderedDict()
+        self.records: dict[str, tuple[str, str, TestResult]] = {}
+        self.order: list[str] = []
+        self.points: dict[str, tuple[str, int]] = {}
+        self.timeout = float(config.getoption("msda_timeout") or 60)
+        self.stage = config.getoption("msda_stage") or "all"
+        self._executor: Executor | None = None
+        self._source: SourceInfo | None = None
+        self.submission: Path | None = None
+        self.notes: list[str] = []
+        self.last_output = ""
+        self.modes: set[str] = set()
+        self.items: list[pytest.Item] = []
+        self._preflight: dict[str, Outcome] = {}
+
+    def preflight(self, mode: str) -> None:
+        """Import the submission once per mode; if that alone fails, every test fails the same
+        way at once (a module that hangs or exits at import costs one time limit, not one per
+        test)."""
+        if mode not in self._preflight:
+            self._preflight[mode] = self.executor().run(_imported, mode=mode, timeout=self.timeout)
+        outcome = self._preflight[mode]
+        if outcome.kind != "ok":
+            message = outcome.message
+            if outcome.kind in ("crashed", "timeout", "error"):
+                message = f"while importing your module: {message}"
+            raise _RAISE[outcome.kind](message)
+
+    # -- the submission -------------------------------------------------------------------
+    def resolve_submission(self) -> Path:
+        given = self.config.getoption("msda_submission")
+        path = Path(given) if given else self.lab_dir / f"{self.lab}.py"
+        if not path.is_file():
+            raise pytest.UsageError(f"no submission to grade: {path} does not exist")
+        return path.resolve()
+
+    @property
+    def source(self) -> SourceInfo:
+        if self._source is None:
+            self._source = SourceInfo.read(self.submission)
+        return self._source
+
+    def executor(self) -> Executor:
+        if self._executor is None:
+            preload = sorted({str(item.path) for item in self.items})
+            self._executor = Executor(self.submission, workdir=self.lab_dir, preload=preload,
+                                      default_timeout=self.timeout)
+        return self._executor
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.close()
+
+    # -- results --------------------------------------------------------------------------
+    def record(self, item: pytest.Item, status: str, message: str, duration: float) -> None:
+        task_id, points = self.points[item.nodeid]
+        stage = "gpu" if item.get_closest_marker("stage") else getattr(item.module, "MODE", "cpu")
+        score = points if status == "passed" else 0
+        self.records[item.nodeid] = (task_id, item.name, TestResult(
+            name=item.name, status=status, score=score, max_score=points,
+            message=message.strip(), stage=stage, duration=round(duration, 3)))
+
+    def result(self) -> GradeResult:
+        result = GradeResult(lab=self.lab or "?", title=self.title,
+                             submission=str(self.submission or ""))
+        stages = []
+        for task_id, name in self.tasks.items():
+            result.exercises.append(ExerciseResult(task_id, name))
+        for nodeid in self.order:
+            if nodeid not in self.records:
+                continue
+            task_id, _, test = self.records[nodeid]
+            result.exercise(task_id).tests.append(test)
+            if test.stage not in stages:
+                stages.append(test.stage)
+        result.exercises = [ex for ex in result.exercises if ex.tests]
+        result.stages = stages
+        result.notes = list(self.notes)
+        return result
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("msda_labs", "MSDA course grading")
+    group.addoption("--msda-submission", default=None,
+                    help="grade this file instead of the lab's own student module")
+    group.addoption("--msda-stage", default=None, choices=["cpu", "gpu", "all"],
+                    help="cpu: every test that needs no GPU; gpu: only GPU tests; all (default)")
+    group.addoption("--msda-task", action="append", default=[],
+                    help="grade only this task id (repeatable), e.g. 1.2")
+    group.addoption("--msda-timeout", type=float, default=None,
+                    help="seconds one test's submission code may run (default 60)")
+    group.addoption("--msda-json", default=None, help="also write the grade JSON here")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "task(id, points): the course exercise this test grades and its points")
+    config.addinivalue_line(
+        "markers", "stage(name): 'gpu' for tests that need a CUDA device")
+    config.stash[GRADE_KEY] = GradingSession(config)
+
+
+def _is_lab_test(item: pytest.Item) -> bool:
+    module = getattr(item, "module", None)
+    return module is not None and hasattr(module, "TASKS") and hasattr(module, "LAB")
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items):
+    gs: GradingSession = config.stash[GRADE_KEY]
+    graded, deselected = [], []
+    wanted_tasks = set(config.getoption("msda_task") or [])
+    problems = []
+    for item in items:
+        if not _is_lab_test(item):
+            continue
+        module = item.module
+        if gs.lab is None:
+            gs.lab = module.LAB
+            gs.lab_dir = Path(module.__file__).resolve().parent.parent
+            gs.title = getattr(module, "TITLE", "")
+        elif module.LAB != gs.lab:
+            problems.append(f"{item.nodeid}: tests of {module.LAB} and {gs.lab} in one run")
+            continue
+        for task_id, name in module.TASKS.items():
+            if gs.tasks.get(task_id, name) != name:
+                problems.append(f"task {task_id} is named both {gs.tasks[task_id]!r} and {name!r}")
+            gs.tasks.setdefault(task_id, name)
+        marks = list(item.iter_markers("task"))
+        if len(marks) != 1:
+            problems.append(f"{item.nodeid}: needs exactly one @pytest.mark.task(id, points=N), "
+                            f"has {len(marks)}")
+            continue
+        mark = marks[0]
+        task_id = mark.args[0] if mark.args else None
+        points = mark.kwargs.get("points")
+        if task_id not in module.TASKS:
+            problems.append(f"{item.nodeid}: task {task_id!r} is not declared in TASKS")
+            continue
+        if not isinstance(points, int) or isinstance(points, bool) or points < 0:
+            problems.append(f"{item.nodeid}: points must be a non-negative int, got {points!r}")
+            continue
+        is_gpu = any(m.args and m.args[0] == "gpu" for m in item.iter_markers("stage"))
+        if (gs.stage == "cpu" and is_gpu) or (gs.stage == "gpu" and not is_gpu) or \
+                (wanted_tasks and task_id not in wanted_tasks):
+            deselected.append(item)
+            continue
+        gs.points[item.nodeid] = (task_id, points)
+        graded.append(item)
+        gs.modes.add("gpu" if is_gpu else getattr(module, "MODE", "cpu"))
+    if problems:
+        raise pytest.UsageError("malformed lab tests:\n  " + "\n  ".join(problems))
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [i for i in items if i not in deselected]
+    gs.items = graded
+    gs.order = [i.nodeid for i in graded]
+    if graded:
+        gs.submission = gs.resolve_submission()
+        # Warm the workers while the first tests are prepared.
+        if os.environ.get("MSDA_NO_PREWARM") != "1":
+            for mode in sorted(gs.modes):
+                if mode != "gpu":
+                    gs.executor().start(mode)
+
+
+@pytest.fixture
+def submission(request: pytest.FixtureRequest) -> Submission:
+    """The student's work, run in isolation (see :class:`Submission`)."""
+    gs: GradingSession = request.config.stash[GRADE_KEY]
+    item = request.node
+    if gs.submission is None:
+        raise pytest.UsageError("the submission fixture is only for graded lab tests")
+    info = gs.source
+    if info.tree is None:
+        raise SubmissionError(f"{gs.submission.name} does not parse: {info.syntax_error}")
+    found = forbidden_imports(info, int(gs.lab[3:]))
+    if found:
+        raise RuleViolation("rules: " + "; ".join(found)
+                            + " (a submission may not use the answers it is graded against)")
+    is_gpu = item.get_closest_marker("stage") is not None
+    mode = "gpu" if is_gpu else getattr(item.module, "MODE", "cpu")
+    gs.preflight(mode)
+    return Submission(gs, mode)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    stage = item.get_closest_marker("stage")
+    if stage is not None and stage.args and stage.args[0] == "gpu":
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.skip("needs a CUDA GPU: run the GPU stage (`nox -s <lab>-gpu`) on a machine "
+                        "with one, or on Modal")
+
+
+def _classify(excinfo) -> tuple[str, str]:
+    exc = excinfo.value
+    if isinstance(exc, SubmissionProblem):
+        return exc.status, str(exc)
+    if isinstance(exc, (AssertionError, pytest.fail.Exception)):
+        text = str(exc).strip()
+        return "failed", text.splitlines()[0] if text else "assertion failed"
+    if isinstance(exc, InfrastructureError):
+        raise exc
+    text = str(exc).strip().splitlines()
+    return "error", f"the check could not run: {type(exc).__name__}: {text[-1] if text else ''}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    gs: GradingSession = item.config.stash[GRADE_KEY]
+    if item.nodeid not in gs.points:
+        return
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        if report.passed:
+            status, message = "passed", ""
+        elif report.skipped:
+            stage = item.get_closest_marker("stage")
+            if stage is not None and report.when == "setup":
+                gs.points.pop(item.nodeid)
+                note = "GPU tests skipped: no CUDA device here"
+                if note not in gs.notes:
+                    gs.notes.append(note)
+                return
+            reason = call.excinfo.value.msg if call.excinfo else "skipped"
+            status, message = "error", f"skipped, so not graded: {reason}"
+        else:
+            status, message = _classify(call.excinfo)
+        gs.record(item, status, message, call.duration)
+        if status != "passed" and message:
+            report.longrepr = f"[{status}] {message}"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
+    gs: GradingSession = session.config.stash[GRADE_KEY]
+    gs.close()
+    path = session.config.getoption("msda_json")
+    if path and gs.lab:
+        gs.result().write_json(path)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    gs: GradingSession = config.stash[GRADE_KEY]
+    if not gs.records:
+        return
+    from msda_labs.grading.render import render_terminal
+
+    terminalreporter.write_line("")
+    for line in render_terminal(gs.result()).splitlines():
+        terminalreporter.write_line(line)

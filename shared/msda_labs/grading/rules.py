@@ -1,0 +1,115 @@
+"""Rules checked on the submission's source, read (never run) by the judge.
+
+Reading the source is honest where running it is not: the submission cannot change what the
+judge parses. Each helper returns facts; tests decide what they cost.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["SourceInfo", "forbidden_imports"]
+
+
+@dataclass
+class SourceInfo:
+    path: Path
+    text: str
+    tree: ast.Module | None
+    syntax_error: str = ""
+
+    @classmethod
+    def read(cls, path: Path) -> "SourceInfo":
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+        try:
+            return cls(Path(path), text, ast.parse(text, filename=str(path)))
+        except SyntaxError as exc:
+            return cls(Path(path), text, None, f"SyntaxError: {exc.msg} (line {exc.lineno})")
+
+    def node(self, qualname: str) -> ast.AST | None:
+        """The def/class node for ``name`` or ``Class.method``."""
+        if self.tree is None:
+            return None
+        scope: list[ast.stmt] = self.tree.body
+        found = None
+        for part in qualname.split("."):
+            found = None
+            for stmt in scope:
+                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
+                        and stmt.name == part:
+                    found = stmt
+            if found is None:
+                return None
+            scope = found.body
+        return found
+
+    def calls(self, qualname: str, callee: str) -> int:
+        """How many call sites in ``qualname`` name ``callee`` (``f(...)`` or ``x.f(...)``)."""
+        node = self.node(qualname)
+        if node is None:
+            return 0
+        count = 0
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Call):
+                func = sub.func
+                name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+                if name == callee:
+                    count += 1
+        return count
+
+    def loops(self, qualname: str) -> list[ast.AST]:
+        """for/while loops and comprehensions inside ``qualname``."""
+        node = self.node(qualname)
+        if node is None:
+            return []
+        kinds = (ast.For, ast.While, ast.AsyncFor, ast.ListComp, ast.GeneratorExp, ast.SetComp,
+                 ast.DictComp)
+        return [sub for sub in ast.walk(node) if isinstance(sub, kinds)]
+
+    def stub_left(self, task_id: str) -> bool:
+        """True when the starter's ``raise NotImplementedError("Task X.Y...`` is still there."""
+        return re.search(r"raise\s+NotImplementedError\(\s*[\"']Task " + re.escape(task_id)
+                         + r"\b", self.text) is not None
+
+
+def forbidden_imports(info: SourceInfo, lab: int) -> list[str]:
+    """What the submission reaches for that holds answers: the ground truth, the grader, the
+    chip of this lab or a later one. Returns human-readable findings (empty when clean)."""
+    if info.tree is None:
+        return []
+    findings = []
+
+    def check_module(name: str, line: int) -> None:
+        if name == "msda_labs.reference" or \
+                name.startswith(("msda_labs.grading", "msda_labs.classroom")):
+            findings.append(f"line {line}: uses {name}, which is the grader's, not yours")
+        match = re.match(r"msda_labs\.chips\.lab(\d+)", name)
+        if match and int(match.group(1)) >= lab:
+            findings.append(f"line {line}: uses {name}, the answer of lab {int(match.group(1)):02d}")
+        if name == "msda_labs.chips":
+            findings.append(f"line {line}: imports msda_labs.chips directly; load earlier labs "
+                            f"with msda_labs.stage.load")
+
+    for node in ast.walk(info.tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                check_module(alias.name, node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            check_module(node.module, node.lineno)
+            if node.module in ("msda_labs", "msda_labs.chips"):
+                for alias in node.names:
+                    check_module(f"{node.module}.{alias.name}", node.lineno)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and "msda_labs." in node.value:
+            check_module(node.value.strip(), node.lineno)
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            if name == "load" and node.args and isinstance(node.args[0], ast.Constant) \
+                    and isinstance(node.args[0].value, int) and node.args[0].value >= lab:
+                findings.append(f"line {node.lineno}: load({node.args[0].value}, ...) reaches for "
+                                f"the answer of lab {node.args[0].value:02d}")
+    return sorted(set(findings))

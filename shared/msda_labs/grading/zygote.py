@@ -1,0 +1,269 @@
+"""The warm worker behind :class:`msda_labs.grading.executor.Executor`; see that module.
+
+Started as ``python -m msda_labs.grading.zygote --fd N --mode MODE [--preload FILE]...``. It
+imports torch (and triton for the Triton modes) once, then serves requests from the judge, forking
+one child per request. Student code runs only in those children.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import io
+import os
+import pickle
+import select
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+_MAX_PAYLOAD = 1 << 30  # a result larger than 1 GiB is not a plausible answer
+_OUTPUT_TAIL = 4000
+
+
+def _import_path(path: str):
+    """Import a test module by file path under its basename, as pytest's default mode does."""
+    file = Path(path)
+    folder = str(file.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module(file.stem)
+
+
+def _resolve(ref):
+    modname, file, qualname = ref
+    module = sys.modules.get(modname)
+    if module is None:
+        module = importlib.import_module(modname) if not file else _import_path(file)
+    obj = module
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _sanitize(obj, depth: int = 0):
+    """Reduce a result to what torch.load(weights_only=True) accepts: tensors and plain data."""
+    import torch
+
+    if depth > 20:
+        return {"__unsupported__": "nesting deeper than 20 levels"}
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().as_subclass(torch.Tensor).cpu().clone()
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, (torch.dtype, torch.device)):
+        return str(obj)
+    if isinstance(obj, tuple):  # torch.Size and named tuples included
+        return tuple(_sanitize(x, depth + 1) for x in obj)
+    if isinstance(obj, list):
+        return [_sanitize(x, depth + 1) for x in obj]
+    if isinstance(obj, dict):
+        return {str(k): _sanitize(v, depth + 1) for k, v in obj.items()}
+    return {"__unsupported__": f"{type(obj).__module__}.{type(obj).__qualname__}",
+            "repr": repr(obj)[:200]}
+
+
+def _chain(exc: BaseException):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def _where(exc: BaseException, submission: str) -> str:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == submission]
+    return f" (line {frames[-1].lineno} of {Path(submission).name})" if frames else ""
+
+
+def _classify(exc: BaseException, submission: str) -> dict:
+    for link in _chain(exc):
+        if isinstance(link, NotImplementedError):
+            return {"kind": "not_attempted", "message": str(link) or "not implemented yet"}
+    if isinstance(exc, SystemExit):
+        return {"kind": "error", "type": "SystemExit",
+                "message": f"your code called exit() (code {exc.code!r}); it must return"}
+    text = str(exc).strip().splitlines()
+    last = text[-1] if text else ""
+    if "NotImplementedError" in str(exc):  # e.g. a compiler wrapping a stub's raise
+        return {"kind": "not_attempted", "message": last or "not implemented yet"}
+    return {"kind": "error", "type": type(exc).__name__,
+            "message": f"{type(exc).__name__}: {last[:500]}{_where(exc, submission)}"}
+
+
+def _import_submission(path: str):
+    name = Path(path).stem
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _child(request: dict, write_fd: int) -> None:
+    """Runs in the forked child: never returns."""
+    payload: dict
+    try:
+        os.chdir(request["workdir"])
+        folder = str(Path(request["submission"]).parent)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        args, kwargs = pickle.loads(request["args"])
+        probe = _resolve(request["probe"])
+        module = _import_submission(request["submission"])
+        value = probe(module, *args, **kwargs)
+        payload = {"kind": "ok", "value": _sanitize(value)}
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes a verdict
+        payload = _classify(exc, request["submission"])
+    import torch
+
+    buf = io.BytesIO()
+    try:
+        torch.save(payload, buf)
+    except Exception as exc:  # noqa: BLE001
+        buf = io.BytesIO()
+        torch.save({"kind": "error", "type": "ResultError",
+                    "message": f"the result could not be serialized: {exc}"}, buf)
+    data = buf.getvalue()
+    view = memoryview(data)
+    while view:
+        written = os.write(write_fd, view)
+        view = view[written:]
+    os.close(write_fd)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _serve(request: dict, conn: Connection) -> dict:
+    read_fd, write_fd = os.pipe()
+    out_fd, out_path = tempfile.mkstemp(prefix="msda-out-")
+    timeout = float(request["timeout"])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:  # the child: cut every line back to the judge before touching student code
+        try:
+            os.close(read_fd)
+            conn.close()
+            os.setsid()
+            os.dup2(out_fd, 1)
+            os.dup2(out_fd, 2)
+            os.close(out_fd)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            _child(request, write_fd)
+        finally:
+            os._exit(70)
+    os.close(write_fd)
+    os.close(out_fd)
+    deadline = start + timeout
+    chunks: list[bytes] = []
+    size = 0
+    status = None
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            status = "timeout"
+            break
+        ready, _, _ = select.select([read_fd], [], [], min(left, 1.0))
+        if ready:
+            chunk = os.read(read_fd, 1 << 20)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > _MAX_PAYLOAD:
+                status = "too_large"
+                break
+            chunks.append(chunk)
+    os.close(read_fd)
+    code = 0
+    if status is None:
+        # The pipe closed: the child is exiting (or closed the pipe and kept running).
+        while True:
+            done, raw = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                status = "timeout"
+                break
+            time.sleep(0.002)
+    if status is not None:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        _, raw = os.waitpid(pid, 0)
+    try:  # grandchildren a submission left behind die with its session
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if os.WIFSIGNALED(raw):
+        exit_status, code = "signaled", os.WTERMSIG(raw)
+    else:
+        exit_status, code = "exited", os.WEXITSTATUS(raw)
+    with open(out_path, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        fh.seek(max(0, fh.tell() - _OUTPUT_TAIL))
+        output = fh.read().decode("utf-8", "replace")
+    os.unlink(out_path)
+    payload = b"".join(chunks) if status is None else b""
+    if status == "too_large":
+        status = None
+        payload = b""
+        output += "\n[msda_labs] the result was larger than 1 GiB and was discarded"
+    return {"status": status or exit_status, "code": code, "payload": payload, "output": output,
+            "duration": time.monotonic() - start}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--mode", required=True)
+    parser.add_argument("--preload", action="append", default=[])
+    args = parser.parse_args(argv)
+    conn = Connection(args.fd)
+    if args.mode == "gpu":
+        # Ask NVML, not the CUDA runtime: a zygote that initialized CUDA could not fork children
+        # that use it.
+        os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+    try:
+        import torch  # noqa: F401
+
+        if args.mode != "cpu":
+            try:
+                import triton  # noqa: F401
+                import triton.language  # noqa: F401
+            except ImportError as exc:
+                raise RuntimeError(
+                    f"this lab runs Triton kernels ({args.mode} mode) but triton does not import "
+                    f"({exc}). On Linux: pip install -r requirements.txt (or use `nox`); on macOS "
+                    f"there is no triton wheel: open the repository in its devcontainer or a "
+                    f"Codespace") from None
+        if args.mode == "gpu" and not torch.cuda.is_available():
+            raise RuntimeError("the gpu stage needs a CUDA device and torch sees none")
+        for path in args.preload:
+            _import_path(path)
+    except BaseException as exc:  # noqa: BLE001
+        conn.send(("failed", f"{exc}"))
+        return 1
+    conn.send(("ready", {"pid": os.getpid(), "mode": args.mode}))
+    while True:
+        try:
+            kind, request = conn.recv()
+        except (EOFError, OSError):
+            return 0
+        if kind == "exit":
+            return 0
+        conn.send(_serve(request, conn))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
