@@ -1,0 +1,102 @@
+"""Sessions of the MSDA Triton course kit.
+
+    nox -s lab05          grade lab 05 in place (CPU stages: plain torch, interpreter, AOT)
+    nox -s lab05-gpu      the GPU stage of lab 05 (local CUDA, else Modal with your account)
+    nox -s selftest       the kit's own tests: every lab's grader proven on chips and mutants
+    nox -s export -- DIR  one template repository per lab (classroom.yml drives it)
+    nox -s regrade -- P   regrade a student's checkout with pristine grading files
+
+Arguments after ``--`` go to the grader, e.g. ``nox -s lab05 -- --task 5.2``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+from pathlib import Path
+
+import nox
+
+nox.options.reuse_venv = "yes"
+nox.options.sessions = ["selftest"]
+
+ROOT = Path(__file__).parent
+LABS = [f"lab{n:02d}" for n in range(11)]
+CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def _torch_index_args() -> list[str]:
+    """On Linux, prefer torch's CPU build (a few hundred MB instead of several GB).
+
+    MSDA_TORCH_INDEX overrides: a URL to use as an extra index, or "pypi" for plain PyPI.
+    Without it we use the CPU index when it answers within 3 s.
+    """
+    choice = os.environ.get("MSDA_TORCH_INDEX", "")
+    if choice == "pypi" or platform.system() != "Linux":
+        return []
+    if choice:
+        return ["--extra-index-url", choice]
+    try:
+        socket.create_connection(("download.pytorch.org", 443), timeout=3).close()
+    except OSError:
+        return []
+    return ["--extra-index-url", CPU_TORCH_INDEX]
+
+
+def _install(session: nox.Session, requirements: str = "requirements.txt") -> None:
+    session.install(*_torch_index_args(), "-r", str(ROOT / requirements))
+    session.install("-e", str(ROOT / "shared"))
+
+
+def _grade(session: nox.Session, lab: str, stage: str) -> None:
+    _install(session)
+    if stage == "gpu":
+        session.install("modal==1.6.4", "matplotlib==3.11.2")
+    session.run("python", "-m", "msda_labs", "grade", lab, "--stage", stage,
+                "--json", str(ROOT / f"{lab}{'-gpu' if stage == 'gpu' else ''}.grade.json"),
+                *session.posargs)
+
+
+def _make_lab_sessions(lab: str) -> None:
+    @nox.session(name=lab, default=False)
+    def grade_cpu(session: nox.Session) -> None:
+        _grade(session, lab, "cpu")
+
+    grade_cpu.__doc__ = f"Grade {lab} (the stages that need no GPU)."
+
+    @nox.session(name=f"{lab}-gpu", default=False)
+    def grade_gpu(session: nox.Session) -> None:
+        _grade(session, lab, "gpu")
+
+    grade_gpu.__doc__ = f"Grade the GPU stage of {lab} (local CUDA, else Modal)."
+
+
+for _lab in LABS:
+    _make_lab_sessions(_lab)
+
+
+@nox.session
+def selftest(session: nox.Session) -> None:
+    """The kit's own tests: graders, chips, mutants, adversarial submissions, exports."""
+    _install(session, "requirements-dev.txt")
+    workers = os.environ.get("MSDA_SELFTEST_WORKERS", "auto")
+    session.run("python", "-m", "pytest", str(ROOT / "tests"), "-n", workers, "-q",
+                "-p", "no:cacheprovider", *session.posargs)
+
+
+@nox.session(default=False)
+def export(session: nox.Session) -> None:
+    """Write one template repository per lab: nox -s export -- OUT_DIR [LAB]."""
+    _install(session)
+    out = session.posargs[0] if session.posargs else str(ROOT / "out" / "templates")
+    labs = session.posargs[1:] or ["all"]
+    for lab in labs:
+        session.run("python", "-m", "msda_labs", "export", lab, "--out", out)
+
+
+@nox.session(default=False)
+def regrade(session: nox.Session) -> None:
+    """Regrade a student's checkout with pristine grading files: nox -s regrade -- PATH [...]."""
+    _install(session)
+    session.run("python", "-m", "msda_labs", "regrade", *session.posargs)
