@@ -212,6 +212,24 @@ def _cmd_grade(ns) -> int:
     return 0
 
 
+def _cmd_sync(ns) -> int:
+    from msda_labs.classroom.manifest import find_manifest, load_manifest
+    from msda_labs.handout import sync_lab
+
+    manifest = load_manifest(find_manifest())
+    labs = [manifest.lab(key) for key in ns.labs] if ns.labs else \
+        [lab for lab in manifest.labs if lab.built]
+    drift = []
+    for lab in labs:
+        chip = _chip_path(lab.id)
+        if not chip.is_file():
+            raise UsageProblem(f"{lab.id}: no chip at {chip}")
+        drift += sync_lab(manifest.root / lab.folder, lab.id, chip, check=ns.check)
+    for path in drift:
+        print(("out of date: " if ns.check else "rewrote: ") + path)
+    return 1 if (ns.check and drift) else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m msda_labs",
                                      description="MSDA Triton course kit")
@@ -231,6 +249,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--timeout", type=float, help="seconds one test's code may run")
     g.add_argument("--seed", type=int, help="secret seed offset for the random cases")
     g.set_defaults(func=_cmd_grade)
+    s = sub.add_parser("sync", help="regenerate starters (from chips) and handout task tables")
+    s.add_argument("labs", nargs="*", help="lab ids (default: every built lab)")
+    s.add_argument("--check", action="store_true", help="report drift and exit 1, change nothing")
+    s.set_defaults(func=_cmd_sync)
     try:
         from msda_labs.classroom import commands
     except ImportError:

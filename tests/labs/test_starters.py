@@ -11,7 +11,7 @@ def test_starter_is_stripped_chip(lab):
     expected = strip(chip_path(lab).read_text(), f"{lab} chip")
     actual = starter_path(lab).read_text()
     assert actual == expected, (f"{starter_path(lab)} drifted from its chip; regenerate it with "
-                                f"`python -m msda_labs starters`")
+                                f"`python -m msda_labs sync`")
 
 
 @pytest.mark.parametrize("lab", lab_ids())

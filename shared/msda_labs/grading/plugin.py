@@ -273,7 +273,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if graded:
         gs.submission = gs.resolve_submission()
         # Warm the workers while the first tests are prepared.
-        if os.environ.get("MSDA_NO_PREWARM") != "1":
+        if os.environ.get("MSDA_NO_PREWARM") != "1" and not config.option.collectonly:
             for mode in sorted(gs.modes):
                 if mode != "gpu":
                     gs.executor().start(mode)
