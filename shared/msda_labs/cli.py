@@ -33,7 +33,8 @@ class ResolvedLab:
     gpu: str | None
 
 
-def _lab_from_manifest(key: str, start: Path | None = None) -> ResolvedLab | None:
+def _lab_from_manifest(key: str, start: Path | None = None,
+                       by_path: bool = False) -> ResolvedLab | None:
     from msda_labs.classroom.manifest import ManifestError, find_manifest, load_manifest
 
     try:
@@ -45,8 +46,10 @@ def _lab_from_manifest(key: str, start: Path | None = None) -> ResolvedLab | Non
     try:
         lab = manifest.lab(key)
     except ManifestError as exc:
+        if by_path:  # a lab folder given by path need not be in this manifest
+            return None
         raise UsageProblem(str(exc)) from None
-    if not lab.built:
+    if not lab.built and not by_path:
         raise UsageProblem(f"{lab.id} ({lab.title}) is declared in classroom.yml but not built "
                            f"yet (status: {lab.status}); there is nothing to grade")
     folder = manifest.root / lab.folder
@@ -64,7 +67,7 @@ def resolve_lab(key: str) -> ResolvedLab:
         if not modules:
             raise UsageProblem(f"{path} has a tests/ folder but no labNN.py student module")
         lab_id = modules[0]
-        info = _lab_from_manifest(lab_id, path)
+        info = _lab_from_manifest(lab_id, path, by_path=True)
         if info is not None:
             info.folder = path.resolve()
             return info

@@ -1,0 +1,29 @@
+import pytest
+
+from msda_labs.solution import FenceError, strip
+
+CHIP = '''def f(x):
+    # TODO(Task 1.1): double it (about 1 line)
+    # BEGIN SOLUTION
+    return 2 * x
+    # STARTER
+    # raise NotImplementedError("Task 1.1: f")
+    # END SOLUTION
+'''
+
+
+def test_strip_keeps_outside_and_uncomments_starter():
+    assert strip(CHIP) == ('def f(x):\n    # TODO(Task 1.1): double it (about 1 line)\n'
+                           '    raise NotImplementedError("Task 1.1: f")\n')
+
+
+@pytest.mark.parametrize("text, where", [
+    ("# BEGIN SOLUTION\n# BEGIN SOLUTION\n# END SOLUTION\n", ":2: BEGIN SOLUTION inside"),
+    ("# END SOLUTION\n", ":1: END SOLUTION without"),
+    ("# STARTER\n", ":1: STARTER outside"),
+    ("x = 1\n# BEGIN SOLUTION\ny = 2\n", "opened at line 2 is never closed"),
+    ("# BEGIN SOLUTION\n# STARTER\nraise X\n# END SOLUTION\n", ":3: a STARTER line must be"),
+])
+def test_malformed_fences_fail_loudly(text, where):
+    with pytest.raises(FenceError, match=where):
+        strip(text, "chip")
