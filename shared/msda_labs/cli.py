@@ -161,6 +161,8 @@ def grade(request: GradeRequest):
             "--msda-timeout", str(timeout)]
     for task in request.tasks:
         args += ["--msda-task", task]
+    if not _plugin_autoloads():
+        args += ["-p", "msda_labs.grading.plugin"]
     capture = _Capture()
     try:
         code = pytest.main(args, plugins=[capture])
@@ -185,6 +187,15 @@ def grade(request: GradeRequest):
         result.notes.insert(0, "graded the chip (reference solution)")
     result.integrity = _integrity(lab)
     return result
+
+
+def _plugin_autoloads() -> bool:
+    """True when pytest will load the grading plugin by itself (the package is installed)."""
+    from importlib.metadata import entry_points
+
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        return False
+    return any(ep.name == "msda_labs" for ep in entry_points(group="pytest11"))
 
 
 def _gpu_help(lab: ResolvedLab) -> str:
