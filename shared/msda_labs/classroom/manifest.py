@@ -98,9 +98,30 @@ def _where(error) -> str:
     return "".join(parts) or "(top level)"
 
 
+def _shape_problem(data) -> str | None:
+    """The keys the loader reads, checked without jsonschema (which the full check needs)."""
+    if not isinstance(data, dict) or not isinstance(data.get("course"), dict):
+        return "(top level): needs a 'course' mapping"
+    if not isinstance(data.get("labs"), list) or not data["labs"]:
+        return "labs: needs a non-empty list"
+    for i, lab in enumerate(data["labs"]):
+        if not isinstance(lab, dict):
+            return f"labs[{i}]: not a mapping"
+        for key in ("id", "folder", "title", "status", "stages"):
+            if key not in lab:
+                return f"labs[{i}]: '{key}' is a required property"
+        for j, stage in enumerate(lab["stages"] if isinstance(lab["stages"], list) else [None]):
+            if not isinstance(stage, dict) or stage.get("name") not in DEFAULT_TIMEOUT:
+                return f"labs[{i}].stages[{j}]: needs a name among {', '.join(DEFAULT_TIMEOUT)}"
+    return None
+
+
 def load_manifest(path: Path | str) -> Manifest:
     """Load and validate ``classroom.yml``; a ManifestError names the offending key."""
-    import jsonschema
+    try:
+        import jsonschema
+    except ImportError:  # e.g. a GPU machine's own python: fall back to a check of the shape
+        jsonschema = None
 
     path = Path(path)
     try:
@@ -109,8 +130,14 @@ def load_manifest(path: Path | str) -> Manifest:
         raise ManifestError(f"{path} does not exist") from None
     except yaml.YAMLError as exc:
         raise ManifestError(f"{path} is not valid YAML: {exc}") from None
-    validator = jsonschema.Draft202012Validator(schema())
-    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    if jsonschema is None:
+        problem = _shape_problem(data)
+        if problem:
+            raise ManifestError(f"{path} does not match its schema:\n  {problem}")
+        errors = []
+    else:
+        validator = jsonschema.Draft202012Validator(schema())
+        errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
         lines = [f"  {_where(e)}: {e.message}" for e in errors[:10]]
         raise ManifestError(f"{path} does not match its schema:\n" + "\n".join(lines))
