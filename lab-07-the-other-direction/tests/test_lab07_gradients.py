@@ -1,0 +1,181 @@
+"""Grading tests of lab 07 (the other direction). Run them with `nox -s lab07`.
+
+Every gradient is compared with fp32 autograd of the grid_sample reference on the same seeded
+inputs and a seeded upstream gradient, at the backward tolerance of fp32.
+"""
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from msda_labs.cases import STANDARD_CASES, Case, make_inputs, seeded_generator
+from msda_labs.grading import expect_close
+from msda_labs.grading.grad_mistakes import grad_variants, lost_update_grad_value
+from msda_labs.reference import reference_grads
+
+LAB = "lab07"
+TITLE = "The other direction"
+MODE = "cpu"
+TASKS = {"7.1": "grad_attention_weights", "7.2": "grad_sampling_locations",
+         "7.3": "scatter_grad_value"}
+
+# Beyond the standard cases: a quarter of the locations so far out that all four corners are
+# outside, where every gradient must be exactly zero.
+FAR_OUT = Case("far_out_of_bounds", B=2, Q=6, M=2, D=4, shapes=((5, 7),), K=2, loc_lo=-0.5,
+               loc_hi=1.5, seed=3)
+CASES = (*STANDARD_CASES, FAR_OUT)
+FUNCTION = {"grad_attn": "grad_attention_weights", "grad_loc": "grad_sampling_locations",
+            "grad_value": "scatter_grad_value"}
+WHICH = {"grad_value": 0, "grad_loc": 1, "grad_attn": 2}
+
+
+def upstream(case: Case) -> torch.Tensor:
+    """The seeded upstream gradient dLoss/d(output), (B, Q, M * D) fp32."""
+    gen = seeded_generator(case.seed + 7)
+    return torch.randn(case.B, case.Q, case.M * case.D, generator=gen)
+
+
+def _one_gradient(module, which, value, shapes, starts, loc, attn, grad_out):
+    """Probe: one of the three gradients, set up exactly as msda_backward_torch does it."""
+    B, S, M, D = value.shape
+    Q = loc.shape[1]
+    corners = module.gather_corners(value, shapes, starts, loc)
+    g = grad_out.float().reshape(B, Q, M, D)
+    a = attn.float()
+    if which == "grad_attn":
+        return module.grad_attention_weights(corners, g)
+    if which == "grad_loc":
+        return module.grad_sampling_locations(corners, g, a)
+    rows = torch.zeros(B * S * M, D)
+    res = module.scatter_grad_value(rows, corners, g, a)
+    return rows if res is None else res  # adding in place and returning nothing is fine too
+
+
+def _as_grad_value(res, shape):
+    """Rows (B*S*M, D) back to (B, S, M, D) for readable feedback."""
+    if isinstance(res, torch.Tensor) and res.dim() == 2 and res.numel() == shape.numel():
+        return res.view(shape)
+    return res
+
+
+def _check(submission, which, case, inputs, grad_out, variants=None):
+    res = submission.run(_one_gradient, which, *inputs, grad_out)
+    ref = reference_grads(inputs.value, inputs.spatial_shapes, inputs.sampling_locations,
+                          inputs.attention_weights, grad_out)[WHICH[which]]
+    if which == "grad_value":
+        res = _as_grad_value(res, ref.shape)
+    if variants is None:
+        variants = grad_variants(inputs, grad_out, which)
+    expect_close(res, ref, what=f"{FUNCTION[which]} ({which})", case=case.describe(),
+                 dtype=torch.float32, backward=True, expect_dtype=torch.float32,
+                 variants=variants)
+
+
+class _CountCalls(TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _torch_calls(module, which, small, big):
+    """Probe: how many torch calls the task function makes on a small and on a big problem."""
+    counts = []
+    for inputs, grad_out in (small, big):
+        value, shapes, starts, loc, attn = inputs
+        B, S, M, D = value.shape
+        Q = loc.shape[1]
+        corners = module.gather_corners(value, shapes, starts, loc)
+        g = grad_out.float().reshape(B, Q, M, D)
+        a = attn.float()
+        rows = torch.zeros(B * S * M, D)
+        with _CountCalls() as counter:
+            if which == "grad_attn":
+                module.grad_attention_weights(corners, g)
+            elif which == "grad_loc":
+                module.grad_sampling_locations(corners, g, a)
+            else:
+                module.scatter_grad_value(rows, corners, g, a)
+        counts.append(counter.calls)
+    return counts
+
+
+SMALL = Case("small", B=1, Q=2, M=1, D=2, shapes=((3, 4), (2, 2)), K=2)
+BIG = Case("big", B=3, Q=24, M=4, D=5, shapes=((3, 4), (2, 2)), K=2, seed=2)
+
+
+def _check_vectorized(submission, which):
+    small = (make_inputs(SMALL), upstream(SMALL))
+    big = (make_inputs(BIG), upstream(BIG))
+    n_small, n_big = submission.run(_torch_calls, which, small, big)
+    if int(n_big) > int(n_small):
+        raise AssertionError(
+            f"rule: {FUNCTION[which]} makes {n_small} torch calls for B=1 Q=2 M=1 D=2 but "
+            f"{n_big} for B=3 Q=24 M=4 D=5 (same levels and points): it loops over batch, "
+            f"queries, heads or channels in Python. Work on whole tensors (loops over levels, "
+            f"points or the four corners are fine)")
+
+
+# -- Task 7.1 ----------------------------------------------------------------------------------
+@pytest.mark.task("7.1", points=1)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_grad_attention_weights(submission, case):
+    _check(submission, "grad_attn", case, make_inputs(case), upstream(case))
+
+
+@pytest.mark.task("7.1", points=1)
+def test_grad_attention_weights_is_vectorized(submission):
+    _check_vectorized(submission, "grad_attn")
+
+
+# -- Task 7.2 ----------------------------------------------------------------------------------
+@pytest.mark.task("7.2", points=2)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_grad_sampling_locations(submission, case):
+    _check(submission, "grad_loc", case, make_inputs(case), upstream(case))
+
+
+@pytest.mark.task("7.2", points=1)
+def test_grad_sampling_locations_is_vectorized(submission):
+    _check_vectorized(submission, "grad_loc")
+
+
+# -- Task 7.3 ----------------------------------------------------------------------------------
+@pytest.mark.task("7.3", points=2)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_scatter_grad_value(submission, case):
+    _check(submission, "grad_value", case, make_inputs(case), upstream(case))
+
+
+SHARED = Case("shared_pixels", B=1, Q=8, M=1, D=3, shapes=((4, 5),), K=1, seed=5)
+
+
+@pytest.mark.task("7.3", points=2)
+def test_scatter_grad_value_shared_pixels(submission):
+    # Eight queries sample the very same point with the same weight and the same upstream
+    # gradient: each of its four pixels must receive eight equal shares.
+    case = SHARED
+    value, shapes, starts, _, _ = make_inputs(case)
+    loc = torch.tensor([0.43, 0.61]).expand(1, 8, 1, 1, 1, 2).contiguous()
+    attn = torch.full((1, 8, 1, 1, 1), 0.75)
+    grad_out = upstream(case)[:, :1].expand(1, 8, 3).contiguous()
+    inputs = type(make_inputs(case))(value, shapes, starts, loc, attn)
+    ref = reference_grads(value, shapes, loc, attn, grad_out)[0]
+    writes = (ref != 0).long() * case.Q
+    variants = {"lost_updates": lost_update_grad_value(ref, writes, (writes > 0).long())}
+    variants.update(grad_variants(inputs, grad_out, "grad_value"))
+    what = (f"{case.describe()}, all 8 queries at the same point (x, y) = (0.43, 0.61) with the "
+            f"same weight and upstream gradient")
+    res = _as_grad_value(submission.run(_one_gradient, "grad_value", *inputs, grad_out),
+                         ref.shape)
+    expect_close(res, ref, what="scatter_grad_value (grad_value)", case=what,
+                 dtype=torch.float32, backward=True, expect_dtype=torch.float32,
+                 variants=variants)
+
+
+@pytest.mark.task("7.3", points=1)
+def test_scatter_grad_value_is_vectorized(submission):
+    _check_vectorized(submission, "grad_value")
