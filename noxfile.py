@@ -49,8 +49,37 @@ def _install(session: nox.Session, requirements: str = "requirements.txt") -> No
     session.install("-e", str(ROOT / "shared"))
 
 
+def _gpu_runner(lab: str) -> str:
+    """Decide "local" or "modal" before anything is installed (where.py needs only the standard
+    library); with neither, print the how-to-enable message and exit with status 2 at once."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(
+        "_msda_gpu_where", ROOT / "shared" / "msda_labs" / "gpu" / "where.py")
+    where = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(where)
+    try:
+        return where.route(lab, use_torch=False)
+    except where.GpuUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _install_cuda(session: nox.Session) -> None:
+    """PyPI's default torch (its CUDA build) with the triton it pins, not the CPU grading pins."""
+    lines = (ROOT / "requirements.txt").read_text().splitlines()
+    path = Path(session.create_tmp()) / "requirements-cuda.txt"
+    path.write_text("\n".join(x for x in lines if not x.strip().startswith("triton")) + "\n")
+    session.install("-r", str(path))
+    session.install("-e", str(ROOT / "shared"))
+
+
 def _grade(session: nox.Session, lab: str, stage: str) -> None:
-    _install(session)
+    if stage == "gpu" and _gpu_runner(lab) == "local":
+        _install_cuda(session)
+    else:
+        _install(session)
     if stage == "gpu":
         session.install("modal==1.6.4", "matplotlib==3.11.2")
     session.run("python", "-m", "msda_labs", "grade", lab, "--stage", stage,

@@ -107,9 +107,9 @@ the GPU stage of {lab} needs a CUDA GPU or a Modal account, and neither is avail
   - no Modal credentials: MODAL_TOKEN_ID and MODAL_TOKEN_SECRET are not both set, and {config}
     holds no token.
 Enable either one, then run `{session}` again:
-  A. a machine with an NVIDIA GPU (compute capability 8.0 or newer) and its driver: clone your
-     repository there and run `{session}`; it installs the CUDA build of torch and runs the
-     GPU tests on that GPU.
+  A. a machine with an NVIDIA GPU that Triton supports (compute capability 7.5 or newer; bf16
+     tests want 8.0) and its driver: clone your repository there and run `{session}`; it
+     installs the CUDA build of torch and runs the GPU tests on that GPU.
   B. Modal, with YOUR OWN account (modal.com; the free Starter plan includes $30 of credit a month;
      one run of a GPU stage costs roughly 5 to 25 cents on an H100):
        pip install modal=={MODAL_VERSION}
