@@ -1,0 +1,241 @@
+"""The classroom subcommands of ``python -m msda_labs``: export, regrade, report.
+
+    python -m msda_labs export LAB|all --out DIR [--git] [--force] [--reporter-action A@SHA]
+    python -m msda_labs export LAB --gradescope OUT.zip        Gradescope autograder zip
+    python -m msda_labs export LAB --classroom50 DIR           Classroom 50 custom autograder
+    python -m msda_labs regrade PATH [--lab LAB] [--seed N] [--json OUT] [--gpu]
+    python -m msda_labs regrade FOLDER --gradebook gradebook.csv [--prefix PREFIX]
+    python -m msda_labs report grade.json --format FORMAT [--out FILE] [--github-output KEY]
+    python -m msda_labs report --runners ID[,ID]               the grading reporter, in a workflow
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+__all__ = ["register", "FORMATS"]
+
+FORMATS = ("terminal", "markdown", "json", "github-classroom", "classroom50", "gradescope")
+
+
+def _problem(message: str):
+    from msda_labs.cli import UsageProblem
+
+    return UsageProblem(message)
+
+
+# ---------------------------------------------------------------------------------------- export
+
+def _cmd_export(ns) -> int:
+    from msda_labs.classroom.export import (ExportError, classroom50_autograder, export_labs,
+                                            gradescope_zip)
+    from msda_labs.classroom.manifest import ManifestError, find_manifest, load_manifest
+
+    if not (ns.out or ns.gradescope or ns.classroom50):
+        raise _problem("export: say where to: --out DIR (template repositories), "
+                       "--gradescope PATH and/or --classroom50 DIR")
+    try:
+        manifest = load_manifest(find_manifest())
+        if "all" in ns.labs:
+            labs = [lab for lab in manifest.labs if lab.built]
+        else:
+            labs = [manifest.lab(key) for key in ns.labs]
+        if ns.assignment and len(labs) != 1:
+            raise _problem("--assignment names one lab's assignment; export one lab with it")
+        if ns.out:
+            for path in export_labs(manifest, [lab.id for lab in labs], Path(ns.out),
+                                    reporter_action=ns.reporter_action, git=ns.git,
+                                    force=ns.force):
+                print(f"exported {path}")
+        with tempfile.TemporaryDirectory(prefix="msda-export-") as tmp:
+            for lab in labs:
+                if ns.gradescope:
+                    target = Path(ns.gradescope)
+                    if len(labs) > 1 or target.suffix != ".zip":
+                        target = target / f"{lab.folder}-gradescope.zip"
+                    gradescope_zip(manifest, lab, target, Path(tmp) / f"gs-{lab.id}")
+                    print(f"gradescope autograder {target}")
+                if ns.classroom50:
+                    target = classroom50_autograder(manifest, lab, Path(ns.classroom50),
+                                                    Path(tmp) / f"c50-{lab.id}", ns.assignment)
+                    print(f"classroom 50 autograder {target}")
+    except (ExportError, ManifestError, ValueError) as exc:
+        raise _problem(str(exc)) from None
+    return 0
+
+
+# --------------------------------------------------------------------------------------- regrade
+
+def _cmd_regrade(ns) -> int:
+    from msda_labs.classroom.regrade import (RegradeError, is_checkout, regrade_batch,
+                                             regrade_checkout, write_gradebook)
+    from msda_labs.grading.render import render_markdown, render_terminal
+
+    path = Path(ns.path)
+    if not path.is_dir():
+        raise _problem(f"{path} is not a folder (a student's checkout, or a folder of them)")
+    options = dict(seed=ns.seed, gpu=ns.gpu, timeout=ns.timeout)
+    pristine = Path(ns.pristine) if ns.pristine else None
+    batch = ns.batch or ns.gradebook or not is_checkout(path)
+    try:
+        if not batch:
+            result = regrade_checkout(path, pristine=pristine, lab_id=ns.lab, **options)
+            print(render_terminal(result))
+            if ns.json:
+                result.write_json(ns.json)
+            if ns.markdown:
+                Path(ns.markdown).write_text(render_markdown(result))
+            return 0
+
+        def progress(row):
+            score = f"{row.score}/{row.max}" if row.score != "" else "not graded"
+            print(f"{row.student:<30} {row.lab:<6} {score:>9}  {row.integrity}"
+                  + (f"  ({row.note})" if row.note else ""))
+
+        rows = regrade_batch(path, lab=ns.lab, prefix=ns.prefix, pristine=pristine,
+                             progress=progress, **options)
+    except RegradeError as exc:
+        raise _problem(str(exc)) from None
+    if not rows:
+        raise _problem(f"{path} holds no checkouts (sub-folders with a labNN.py)")
+    gradebook = write_gradebook(rows, Path(ns.gradebook or "gradebook.csv"))
+    print(f"gradebook: {gradebook} ({len(rows)} rows)")
+    if ns.json:
+        Path(ns.json).write_text(json.dumps(
+            [{"student": r.student, "lab": r.lab, "commit": r.commit, "note": r.note,
+              "result": r.result.to_dict() if r.result else None} for r in rows], indent=2) + "\n")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------- report
+
+def _github_output(key: str, value: str) -> None:
+    target = os.environ.get("GITHUB_OUTPUT")
+    if not target:
+        raise _problem("--github-output needs $GITHUB_OUTPUT (it is set inside GitHub Actions)")
+    with open(target, "a") as fh:
+        if "\n" in value:
+            delimiter = f"msda_{uuid.uuid4().hex}"
+            fh.write(f"{key}<<{delimiter}\n{value}\n{delimiter}\n")
+        else:
+            fh.write(f"{key}={value}\n")
+
+
+def _render(result, fmt: str) -> str:
+    from msda_labs.classroom import platforms
+    from msda_labs.grading.render import render_markdown, render_terminal
+
+    if fmt == "terminal":
+        return render_terminal(result) + "\n"
+    if fmt == "markdown":
+        return render_markdown(result)
+    if fmt == "json":
+        return json.dumps(result.to_dict(), indent=2) + "\n"
+    if fmt == "github-classroom":
+        return platforms.encode_github_classroom(result)
+    if fmt == "classroom50":
+        return json.dumps(platforms.classroom50_result(result), indent=2) + "\n"
+    return json.dumps(platforms.gradescope_results(result), indent=2) + "\n"
+
+
+def _reporter(runners: str) -> int:
+    from msda_labs.classroom.platforms import decode_github_classroom, reporter_output
+    from msda_labs.classroom.workflows import reporter_env
+
+    decoded = {}
+    for runner in [r.strip() for r in runners.split(",") if r.strip()]:
+        value = os.environ.get(reporter_env(runner), "")
+        if not value:
+            print(f"::error title=Autograding::no result from step '{runner}' "
+                  f"(${reporter_env(runner)} is empty): the grading step did not finish")
+            return 1
+        try:
+            decoded[runner] = decode_github_classroom(value)
+        except ValueError as exc:
+            print(f"::error title=Autograding::the result of '{runner}' is not base64 JSON: {exc}")
+            return 1
+    lines, failed = reporter_output(decoded)
+    print("\n".join(lines))
+    return 1 if failed else 0
+
+
+def _cmd_report(ns) -> int:
+    from msda_labs.grading.results import GradeResult
+
+    if ns.runners:
+        return _reporter(ns.runners)
+    if not ns.grade_json:
+        raise _problem("report: give a grade.json (or --runners in a workflow)")
+    try:
+        result = GradeResult.read_json(ns.grade_json)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise _problem(f"{ns.grade_json} is not a grade.json written by `grade --json` "
+                       f"({type(exc).__name__}: {exc})") from None
+    text = _render(result, ns.format)
+    if ns.github_output:
+        _github_output(ns.github_output, text.strip())
+    if ns.out:
+        Path(ns.out).write_text(text)
+    if not ns.github_output and not ns.out:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
+# -------------------------------------------------------------------------------------- register
+
+def register(subparsers) -> None:
+    """Add ``export``, ``regrade`` and ``report`` to the ``python -m msda_labs`` parser."""
+    raw = argparse.RawDescriptionHelpFormatter
+    e = subparsers.add_parser("export", help="write template repositories (and teacher graders)",
+                              description=__doc__, formatter_class=raw)
+    e.add_argument("labs", nargs="+", metavar="LAB", help="lab ids, or 'all' (every ready lab)")
+    e.add_argument("--out", metavar="DIR", help="write one template repository per lab in DIR")
+    e.add_argument("--force", action="store_true", help="replace existing exports in DIR")
+    e.add_argument("--git", action="store_true",
+                   help="git init each export with a single commit holding only the export")
+    e.add_argument("--reporter-action", metavar="OWNER/REPO@SHA",
+                   help="use this reporter action (pinned by full SHA) instead of the kit's own "
+                        "reporter step")
+    e.add_argument("--gradescope", metavar="PATH",
+                   help="write the Gradescope autograder zip (PATH.zip for one lab, else a folder)")
+    e.add_argument("--classroom50", metavar="DIR",
+                   help="write DIR/autograders/<assignment>/autograder.py for Classroom 50")
+    e.add_argument("--assignment", metavar="NAME",
+                   help="Classroom 50 assignment name (default: the lab's folder name)")
+    e.set_defaults(func=_cmd_export)
+
+    r = subparsers.add_parser("regrade", help="regrade checkouts with pristine grading files",
+                              description=__doc__, formatter_class=raw)
+    r.add_argument("path", help="a student's checkout, or a folder of checkouts (batch)")
+    r.add_argument("--lab", help="the lab (default: the checkout's labNN.py)")
+    r.add_argument("--seed", type=int, help="secret seed mixed into every random case")
+    r.add_argument("--json", metavar="OUT", help="write the result (batch: all results) as JSON")
+    r.add_argument("--markdown", metavar="OUT", help="write the Markdown report (one checkout)")
+    r.add_argument("--gpu", action="store_true",
+                   help="also run the GPU stage (msda_labs.gpu: local CUDA or Modal)")
+    r.add_argument("--pristine", metavar="DIR",
+                   help="restore grading files from this export instead of the kit")
+    r.add_argument("--timeout", type=float, help="seconds one test's code may run")
+    r.add_argument("--batch", action="store_true",
+                   help="PATH is a folder of checkouts (also assumed when PATH has no labNN.py)")
+    r.add_argument("--gradebook", metavar="CSV",
+                   help="batch: gradebook to write (default gradebook.csv)")
+    r.add_argument("--prefix", help="batch: strip this prefix from folder names (e.g. lab-05-)")
+    r.set_defaults(func=_cmd_regrade)
+
+    p = subparsers.add_parser("report", help="render a grade.json for a platform",
+                              description=__doc__, formatter_class=raw)
+    p.add_argument("grade_json", nargs="?", help="a grade.json written by `grade --json`")
+    p.add_argument("--format", choices=FORMATS, default="terminal")
+    p.add_argument("--out", metavar="FILE", help="write there instead of standard output")
+    p.add_argument("--github-output", metavar="KEY",
+                   help="append KEY=<rendering> to $GITHUB_OUTPUT (a step output)")
+    p.add_argument("--runners", metavar="IDS",
+                   help="act as autograding-grading-reporter: read $<ID>_RESULTS of each runner")
+    p.set_defaults(func=_cmd_report)

@@ -1,0 +1,266 @@
+"""Export one standalone template repository per lab, driven by ``classroom.yml``.
+
+An exported lab NN holds, at its root::
+
+    README.md              the handout, with a "Getting started" section
+    labNN.py               the starter (the one file the student edits)
+    tests/                 the lab's grading tests
+    shared/                the msda_labs package with the chips of labs < NN only
+    classroom.yml          the course manifest reduced to this lab
+    requirements.txt       the kit's pins
+    noxfile.py             sessions labNN (and labNN-gpu for labs with a GPU stage)
+    .github/workflows/classroom.yml   grading on push (GitHub Classroom's shape)
+    .devcontainer/devcontainer.json   for macOS (no triton wheel) and Codespaces
+    .gitignore .gitattributes .pre-commit-config.yaml
+    .msda/integrity.sha256            hashes of every grading file
+
+Never the chip of lab NN or of a later lab, and no git history (with ``git=True`` the first and
+only commit holds the export). :func:`find_leaks` checks the first promise on every export.
+For teachers, :func:`gradescope_zip` builds the Gradescope autograder and
+:func:`classroom50_autograder` the Classroom 50 custom grader, both carrying the same files.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import zipfile
+from pathlib import Path
+
+import yaml
+
+from msda_labs.classroom import integrity, workflows
+from msda_labs.classroom.manifest import Lab, Manifest, load_manifest
+
+__all__ = ["ExportError", "export_lab", "export_labs", "find_leaks", "solution_blocks",
+           "gradescope_zip", "classroom50_autograder", "pristine_bundle"]
+
+# Never copied from a lab folder or the shared package.
+_SKIP_NAMES = {"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".nox", ".venv",
+               ".git", "my", "build", "dist"}
+_SKIP_PATTERNS = ("*.pyc", "*.pyo", "*.egg-info", "grade.json", "grade-gpu.json", "*.grade.json",
+                  "grade.md")
+_CHIP = re.compile(r"^lab([0-9]{2})\.py$")
+_FENCE = re.compile(r"^\s*#\s*(BEGIN SOLUTION|STARTER|END SOLUTION)\s*$")
+
+
+class ExportError(RuntimeError):
+    """The export cannot be written (or would leak an answer)."""
+
+
+def _ignore(lab_number: int | None = None):
+    patterns = shutil.ignore_patterns(*_SKIP_PATTERNS)
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        skipped = set(patterns(folder, names)) | {n for n in names if n in _SKIP_NAMES}
+        skipped |= {n for n in names if os.path.islink(os.path.join(folder, n))}
+        if lab_number is not None and Path(folder).name == "chips":
+            skipped |= {n for n in names
+                        if (m := _CHIP.match(n)) and int(m.group(1)) >= lab_number}
+        return skipped
+
+    return ignore
+
+
+def solution_blocks(chip_text: str, min_lines: int = 3) -> list[str]:
+    """The answers fenced in a chip, each normalised (stripped, non-blank lines)."""
+    blocks, current, inside = [], [], False
+    for line in chip_text.splitlines():
+        match = _FENCE.match(line)
+        if match:
+            if match.group(1) == "BEGIN SOLUTION":
+                inside, current = True, []
+            else:
+                if inside and len(current) >= min_lines:
+                    blocks.append("\n".join(current))
+                inside = False
+            continue
+        if inside and line.strip():
+            current.append(line.strip())
+    return blocks
+
+
+def _normalised(text: str) -> str:
+    return "\n".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def find_leaks(dest: Path, lab_number: int, chips_dir: Path) -> list[str]:
+    """Answers of lab ``lab_number`` or later found in an export: chip files, or any of their
+    solution blocks inside any text file."""
+    leaks = []
+    for path in sorted((dest / "shared").rglob("lab[0-9][0-9].py")):
+        match = _CHIP.match(path.name)
+        if path.parent.name == "chips" and match and int(match.group(1)) >= lab_number:
+            leaks.append(f"{path.relative_to(dest)}: the chip of lab {match.group(1)}")
+    blocks = []
+    for chip in sorted(Path(chips_dir).glob("lab[0-9][0-9].py")):
+        if int(chip.stem[3:]) >= lab_number:
+            blocks += [(chip.stem, b) for b in solution_blocks(chip.read_text())]
+    if not blocks:
+        return leaks
+    for path in sorted(dest.rglob("*")):
+        if not path.is_file() or ".git" in path.relative_to(dest).parts:
+            continue
+        try:
+            text = _normalised(path.read_text())
+        except (UnicodeDecodeError, OSError):
+            continue
+        for chip_id, block in blocks:
+            if block in text:
+                leaks.append(f"{path.relative_to(dest)}: a solution block of the {chip_id} chip")
+                break
+    return leaks
+
+
+def _exported_manifest(manifest: Manifest, lab: Lab) -> str:
+    entry = next(e for e in manifest.raw["labs"] if e["id"] == lab.id)
+    data = {"course": dict(manifest.raw["course"]), "labs": [dict(entry)]}
+    header = ("# The course manifest reduced to this repository's lab (generated by `python -m "
+              "msda_labs export`).\n# A grading file: the grader reads titles, stages and time "
+              "limits from it.\n")
+    return header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+def _readme(handout: str, manifest: Manifest, lab: Lab) -> str:
+    start = workflows.fill(workflows.template("readme-start.md"), LAB=lab.id,
+                           COURSE_TITLE=manifest.title)
+    # After the handout's first part (title, goal, what you will learn), before its second.
+    match = re.search(r"^## ", handout, flags=re.M)
+    if match is None:
+        return handout.rstrip("\n") + "\n\n" + start
+    return handout[: match.start()] + start + handout[match.start():]
+
+
+def _first_task(tests_dir: Path, lab: Lab) -> str:
+    for path in sorted(tests_dir.glob("test_*.py")):
+        match = re.search(r"^TASKS\s*=\s*\{\s*[\"']([0-9.]+)[\"']", path.read_text(), flags=re.M)
+        if match:
+            return match.group(1)
+    return f"{lab.number}.1"
+
+
+def _git_init(dest: Path, lab: Lab) -> None:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "msda-labs", "GIT_AUTHOR_EMAIL": "msda-labs@invalid",
+           "GIT_COMMITTER_NAME": "msda-labs", "GIT_COMMITTER_EMAIL": "msda-labs@invalid"}
+    for cmd in (["git", "init", "-q", "-b", "main"], ["git", "add", "-A"],
+                ["git", "commit", "-q", "-m", f"{lab.id}: {lab.title} (template)"]):
+        subprocess.run(cmd, cwd=dest, env=env, check=True, capture_output=True)
+
+
+def export_lab(manifest: Manifest, lab: Lab, out: Path, *, reporter_action: str | None = None,
+               git: bool = False, force: bool = False) -> Path:
+    """Write the template repository of ``lab`` to ``out/<lab folder>``; returns its path."""
+    if not lab.built:
+        raise ExportError(f"{lab.id} is not built yet (status: {lab.status} in classroom.yml)")
+    source = manifest.root / lab.folder
+    if not (source / lab.module).is_file() or not (source / "tests").is_dir():
+        raise ExportError(f"{source} has no {lab.module} and tests/; is {lab.id} really ready?")
+    dest = Path(out) / lab.folder
+    if dest.exists():
+        if not force and any(dest.iterdir()):
+            raise ExportError(f"{dest} exists and is not empty (use --force to replace it)")
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+
+    shutil.copytree(source, dest, ignore=_ignore(), dirs_exist_ok=True)
+    handout = dest / "README.md"
+    if handout.is_file():
+        handout.write_text(_readme(handout.read_text(), manifest, lab))
+    shutil.copytree(manifest.root / "shared", dest / "shared", ignore=_ignore(lab.number))
+    shutil.copy2(manifest.root / "requirements.txt", dest / "requirements.txt")
+    (dest / "classroom.yml").write_text(_exported_manifest(manifest, lab))
+    first_task = _first_task(source / "tests", lab)
+    (dest / "noxfile.py").write_text(workflows.render_noxfile(manifest, lab, first_task))
+    workflow = dest / workflows.WORKFLOW_PATH
+    workflow.parent.mkdir(parents=True)
+    workflow.write_text(workflows.render_workflow(manifest, lab, reporter_action))
+    (dest / ".devcontainer").mkdir()
+    (dest / ".devcontainer" / "devcontainer.json").write_text(
+        workflows.render_devcontainer(manifest, lab))
+    (dest / ".gitignore").write_text(workflows.template("gitignore"))
+    (dest / ".gitattributes").write_text(workflows.template("gitattributes"))
+    (dest / ".pre-commit-config.yaml").write_text(workflows.template("pre-commit-config.yaml"))
+
+    load_manifest(dest / "classroom.yml")  # the reduced manifest still passes its schema
+    leaks = find_leaks(dest, lab.number, manifest.root / "shared" / "msda_labs" / "chips")
+    if leaks:
+        shutil.rmtree(dest)
+        raise ExportError(f"refusing to export {lab.id}: it would contain answers:\n  "
+                          + "\n  ".join(leaks))
+    integrity.write_manifest(dest)
+    if git:
+        _git_init(dest, lab)
+    return dest
+
+
+def export_labs(manifest: Manifest, keys: list[str], out: Path, **options) -> list[Path]:
+    """Export labs by id (``all`` = every lab whose status is ready)."""
+    if any(k == "all" for k in keys):
+        labs = [lab for lab in manifest.labs if lab.built]
+        if not labs:
+            raise ExportError("no lab in classroom.yml has status: ready")
+    else:
+        labs = [manifest.lab(k) for k in keys]
+    return [export_lab(manifest, lab, out, **options) for lab in labs]
+
+
+def pristine_bundle(export_dir: Path) -> bytes:
+    """A gzipped tar of an export (without git data): what teacher-side graders restore from."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=9) as tar:
+        for path in sorted(Path(export_dir).rglob("*")):
+            rel = path.relative_to(export_dir)
+            if ".git" in rel.parts or not path.is_file():
+                continue
+            info = tar.gettarinfo(str(path), arcname=rel.as_posix())
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mtime = 0
+            with open(path, "rb") as fh:
+                tar.addfile(info, fh)
+    return buffer.getvalue()
+
+
+def gradescope_zip(manifest: Manifest, lab: Lab, zip_path: Path, work: Path) -> Path:
+    """Gradescope's autograder zip: setup.sh, run_autograder, the grading script, the lab.
+
+    ``work`` is a scratch folder (the lab is exported into it first).
+    """
+    export_dir = export_lab(manifest, lab, work, force=True)
+    values = dict(LAB=lab.id, TITLE=lab.title)
+    zip_path = Path(zip_path)
+    zip_path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, text in (("setup.sh", workflows.fill(workflows.template("gradescope-setup.sh"),
+                                                       **values)),
+                           ("run_autograder", workflows.fill(
+                               workflows.template("gradescope-run_autograder"), **values))):
+            info = zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0))
+            info.external_attr = 0o100755 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, text)
+        zf.writestr("gradescope_grade.py", workflows.template("gradescope_grade.py"))
+        for path in sorted(export_dir.rglob("*")):
+            if path.is_file():
+                zf.write(path, "lab/" + path.relative_to(export_dir).as_posix())
+    return zip_path
+
+
+def classroom50_autograder(manifest: Manifest, lab: Lab, out: Path, work: Path,
+                           assignment: str | None = None) -> Path:
+    """``out/autograders/<assignment>/autograder.py`` for a Classroom 50 classroom repository."""
+    export_dir = export_lab(manifest, lab, work, force=True)
+    blob = base64.b64encode(pristine_bundle(export_dir)).decode()
+    wrapped = "\n".join(blob[i:i + 96] for i in range(0, len(blob), 96))
+    text = workflows.fill(workflows.template("classroom50-autograder.py"), LAB=lab.id,
+                          TITLE=lab.title, PYTHON=manifest.python, PRISTINE=wrapped)
+    target = Path(out) / "autograders" / (assignment or lab.folder) / "autograder.py"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+    target.chmod(0o755)
+    return target

@@ -1,0 +1,96 @@
+"""Files generated for an exported lab repository from ``templates/``: the grading workflow, the
+noxfile, the devcontainer and the small dotfiles.
+
+Templates use ``@@NAME@@`` placeholders (``${{ }}`` belongs to GitHub expressions); every
+placeholder must be filled, so a renamed one fails loudly instead of reaching a student.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+from msda_labs.classroom.manifest import Lab, Manifest
+
+__all__ = ["ACTIONS", "template", "fill", "reporter_env", "render_workflow", "render_noxfile",
+           "render_devcontainer", "WORKFLOW_PATH"]
+
+WORKFLOW_PATH = ".github/workflows/classroom.yml"
+
+# Third-party actions, pinned by full commit SHA (the version in the trailing comment). One place
+# to update them; `zizmor --offline` checks the pinning, not the mapping of SHA to version.
+ACTIONS = {
+    "CHECKOUT": "actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683 # v4.2.2",
+    "SETUP_PYTHON": "actions/setup-python@0b93645e9fea7318ecaed2b359559ac225c90a2b # v5.3.0",
+    "UPLOAD_ARTIFACT": "actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02 # v4.6.2",
+}
+_PINNED = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_./-]+@[0-9a-f]{40}$")
+_PLACEHOLDER = re.compile(r"@@[A-Z0-9_]+@@")
+
+
+def template(name: str) -> str:
+    return resources.files("msda_labs.classroom").joinpath("templates", name).read_text()
+
+
+def fill(text: str, **values) -> str:
+    for key, value in values.items():
+        text = text.replace(f"@@{key}@@", str(value))
+    left = sorted(set(_PLACEHOLDER.findall(text)))
+    if left:
+        raise ValueError(f"template placeholders left unfilled: {', '.join(left)}")
+    return text
+
+
+def reporter_env(runner_id: str) -> str:
+    """The variable autograding-grading-reporter reads for a runner: ``<ID-UPPER>_RESULTS``."""
+    return f"{runner_id.upper()}_RESULTS"
+
+
+def _minutes(seconds: int) -> int:
+    return max(5, -(-seconds // 60))
+
+
+def render_workflow(manifest: Manifest, lab: Lab, reporter_action: str | None = None) -> str:
+    """``.github/workflows/classroom.yml`` of one lab.
+
+    ``reporter_action`` (``OWNER/REPO@<40-hex SHA>``) uses that reporter action instead of the
+    kit's own reporter step, which reads the same payload the same way.
+    """
+    common = dict(LAB=lab.id, TITLE=lab.title, PYTHON=manifest.python, ENV=reporter_env(lab.id),
+                  **ACTIONS)
+    if reporter_action:
+        if not _PINNED.match(reporter_action):
+            raise ValueError(f"--reporter-action {reporter_action!r}: give OWNER/REPO@SHA with the "
+                             f"full 40-character commit SHA (a tag can be moved)")
+        reporter = fill(template("workflow-reporter-action.yml"), ACTION=reporter_action,
+                        **common)
+    else:
+        reporter = fill(template("workflow-reporter-builtin.yml"), **common)
+    gpu = lab.stage("gpu")
+    gpu_job = ""
+    if gpu is not None:
+        gpu_job = fill(template("workflow-gpu-job.yml"), GPU_JOB_MINUTES=_minutes(gpu.job_timeout_s),
+                       **common)
+    cpu_seconds = max(s.job_timeout_s for s in lab.cpu_stages) if lab.cpu_stages else 1800
+    text = fill(template("workflow-classroom.yml"), REPORTER=reporter.rstrip("\n"),
+                GPU_JOB=gpu_job.rstrip("\n"), JOB_MINUTES=_minutes(cpu_seconds), **common)
+    return text.rstrip("\n") + "\n"
+
+
+def render_noxfile(manifest: Manifest, lab: Lab, first_task: str = "1.1") -> str:
+    stages = ", ".join(s.name for s in lab.cpu_stages) or "cpu"
+    usage = [(f"nox -s {lab.id}", f"grade your {lab.id}.py ({stages})"),
+             (f"nox -s {lab.id} -- --task {first_task}", "one task (grader options go after --)")]
+    if lab.has_gpu:
+        usage.append((f"nox -s {lab.id}-gpu", "the GPU stage (local CUDA, else your Modal)"))
+    width = max(len(cmd) for cmd, _ in usage) + 4
+    gpu_session = (fill(template("noxfile-gpu-session.py.tmpl"), LAB=lab.id)
+                   if lab.has_gpu else "")
+    return fill(template("noxfile.py.tmpl"), LAB=lab.id, TITLE=lab.title,
+                USAGE="\n".join(f"    {cmd:<{width}}{what}" for cmd, what in usage),
+                GPU_SESSION=gpu_session.rstrip("\n"))
+
+
+def render_devcontainer(manifest: Manifest, lab: Lab) -> str:
+    return fill(template("devcontainer.json"), LAB=lab.id, TITLE=lab.title,
+                PYTHON=manifest.python)
