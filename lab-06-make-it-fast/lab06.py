@@ -1,0 +1,188 @@
+"""Lab 06 - Make it fast: the channel-chunked forward kernel, the wide-vs-narrow race, autotune.
+
+Goal: keep the MSDA math of lab 05 exactly as it is and change only how the work is cut into
+program instances, then measure which cut wins and let Triton pick the remaining knobs.
+
+In this lab you will:
+  * add a third grid axis over channel chunks: one program instance owns BLOCK_Q queries times
+    CHUNK_D channels of one (batch, head), instead of BLOCK_Q queries times all D channels;
+  * race the wide tiling (CHUNK_D = D, one 64-byte row per corner in fp16) against the narrow one
+    (CHUNK_D = 2, 4 bytes per corner) on a GPU and read the effective bandwidth of each;
+  * hand BLOCK_Q and num_warps to ``triton.autotune`` and launch through a grid that depends on
+    the configuration the autotuner chose.
+
+Conventions (the same in every lab):
+  value               (B, S, M, D)        levels flattened row-major and concatenated along S
+  spatial_shapes      (L, 2) int64        rows are (H_l, W_l), height first
+  level_start_index   (L,) int64          where each level begins along S (or None)
+  sampling_locations  (B, Q, M, L, K, 2)  normalized (x, y); x runs along the width
+  attention_weights   (B, Q, M, L, K)
+  output              (B, Q, M * D)       heads side by side: channel m * D + d
+
+The blocked algorithm, for the program (pid_q, pid_bm, pid_d):
+
+    b, m   = pid_bm // M, pid_bm % M
+    queries  offs_q = pid_q * BLOCK_Q + [0, BLOCK_Q)          masked by offs_q < Q
+    channels offs_d = pid_d * CHUNK_D + [0, CHUNK_D)          masked by offs_d < D
+    acc[BLOCK_Q, CHUNK_D] = 0 (fp32)
+    for each level l, point k (unrolled):
+        x, y, a  = location and weight of every query             [BLOCK_Q]
+        x_pix    = x * W_l - 0.5, y_pix = y * H_l - 0.5; floor; fractions lx, ly
+        for each of the four corners (row, col, weight):
+            acc += a * weight * value[b, start_l + row * W_l + col, m, offs_d]   (0 outside)
+    out[b, offs_q, m, offs_d] = acc
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+# The configurations the autotuner may choose from (Task 6.2) and the arguments whose values
+# decide when it must tune again.
+AUTOTUNE_KEY = ["Q", "M", "D", "L", "K"]
+
+
+@triton.jit
+def msda_forward_chunked_kernel(
+    value_ptr,  # (B, S, M, D) values, contiguous
+    shapes_ptr,  # (L, 2) int64 (H_l, W_l)
+    starts_ptr,  # (L,) int64 first row of each level along S
+    loc_ptr,  # (B, Q, M, L, K, 2) normalized (x, y)
+    attn_ptr,  # (B, Q, M, L, K) attention weights
+    out_ptr,  # (B, Q, M, D) output, same dtype as value
+    Q,  # number of queries
+    S,  # number of value rows (sum of H_l * W_l)
+    M: tl.constexpr,  # heads
+    D: tl.constexpr,  # channels per head
+    L: tl.constexpr,  # levels
+    K: tl.constexpr,  # points per level
+    BLOCK_Q: tl.constexpr,  # queries per program instance (a power of two)
+    CHUNK_D: tl.constexpr,  # channels per program instance (a power of two)
+):
+    """One program: BLOCK_Q queries x CHUNK_D channels of one (batch, head)."""
+    pid_q = tl.program_id(0)
+    pid_bm = tl.program_id(1)
+    pid_d = tl.program_id(2)
+    # TODO(Task 6.1): the lab 05 body, cut down to one channel chunk (about 45 lines):
+    #   1. b, m from pid_bm (b as int64); offs_q [BLOCK_Q] (int64) and
+    #      offs_d = pid_d * CHUNK_D + arange(CHUNK_D) [CHUNK_D]; mask_q, mask_d (offs_d < D);
+    #   2. pq = (b * Q + offs_q) * M + m [BLOCK_Q], the row of loc, attn and out;
+    #      val_base = value_ptr + (b * S * M + m) * D + offs_d [1, CHUNK_D];
+    #   3. acc = zeros [BLOCK_Q, CHUNK_D] fp32; for each level (tl.static_range): H, W, start;
+    #      for each point: x, y, weight [BLOCK_Q] (masked, fp32), x * W - 0.5, y * H - 0.5,
+    #      floor, fractions, int64 corners, per-axis validity (fold mask_q into the x tests);
+    #   4. four gathers [BLOCK_Q, CHUNK_D] at val_base + (start + row * W + col) * M * D under
+    #      (corner valid) x mask_d with other=0, blended into acc;
+    #   5. one store of acc, cast to the output dtype, at out_ptr + pq * D + offs_d under
+    #      mask_q x mask_d.
+    raise NotImplementedError("Task 6.1: msda_forward_chunked_kernel")
+
+
+def _prepare(value, spatial_shapes, level_start_index, sampling_locations, attention_weights):
+    """Contiguous inputs, int64 shapes and level starts on value's device."""
+    value = value.contiguous()
+    loc = sampling_locations.contiguous()
+    attn = attention_weights.contiguous()
+    shapes = spatial_shapes.to(device=value.device, dtype=torch.int64).contiguous()
+    if level_start_index is None:
+        sizes = shapes[:, 0] * shapes[:, 1]
+        starts = torch.cat([sizes.new_zeros(1), sizes.cumsum(0)[:-1]])
+    else:
+        starts = level_start_index.to(device=value.device, dtype=torch.int64).contiguous()
+    return value, shapes, starts, loc, attn
+
+
+def msda_forward_chunked(value, spatial_shapes, level_start_index, sampling_locations,
+                         attention_weights, BLOCK_Q=32, CHUNK_D=None):
+    """MSDA forward with a 3-D grid (query blocks, batch x head, channel chunks).
+
+    Args:
+        value: (B, S, M, D) fp32, fp16 or bf16.
+        spatial_shapes: (L, 2) integer rows (H_l, W_l).
+        level_start_index: (L,) integer first row of each level, or None to derive it.
+        sampling_locations: (B, Q, M, L, K, 2) normalized (x, y), value's dtype.
+        attention_weights: (B, Q, M, L, K), value's dtype.
+        BLOCK_Q: queries per program instance (a power of two).
+        CHUNK_D: channels per program instance (a power of two); None means
+            next_power_of_2(D), the wide tiling of lab 05.
+
+    Returns:
+        (B, Q, M * D) in value's dtype.
+    """
+    B, S, M, D = value.shape
+    _, Q, _, L, K, _ = sampling_locations.shape
+    value, shapes, starts, loc, attn = _prepare(value, spatial_shapes, level_start_index,
+                                                sampling_locations, attention_weights)
+    if CHUNK_D is None:
+        CHUNK_D = triton.next_power_of_2(D)
+    # Every element is written by exactly one program, so empty (not zeros) is enough: an element
+    # the kernel forgets stays garbage and the grader sees it.
+    out = torch.empty(B, Q, M, D, dtype=value.dtype, device=value.device)
+    grid = (triton.cdiv(Q, BLOCK_Q), B * M, triton.cdiv(D, CHUNK_D))
+    msda_forward_chunked_kernel[grid](
+        value, shapes, starts, loc, attn, out, Q, S,
+        M=M, D=D, L=L, K=K, BLOCK_Q=BLOCK_Q, CHUNK_D=CHUNK_D,
+    )
+    return out.view(B, Q, M * D)
+
+
+# TODO(Task 6.2): three small pieces below: forward_configs, make_autotuned_forward, and the grid
+# and launch of msda_forward_autotuned, in all (about 12 lines).
+
+
+def forward_configs():
+    """The autotuner's search space: BLOCK_Q in {16, 32, 64} x num_warps in {2, 4}.
+
+    Returns:
+        A list of ``triton.Config``; each sets only ``BLOCK_Q`` (the launcher fixes CHUNK_D).
+    """
+    # TODO(Task 6.2): one triton.Config per (BLOCK_Q, num_warps) pair (about 3 lines).
+    raise NotImplementedError("Task 6.2: forward_configs")
+
+
+def make_autotuned_forward(configs=None):
+    """The chunked kernel wrapped in ``triton.autotune``.
+
+    Args:
+        configs: the ``triton.Config`` list to choose from; None means ``forward_configs()``.
+
+    Returns:
+        An autotuned kernel that re-tunes whenever one of AUTOTUNE_KEY changes; launch it like
+        the plain kernel but without BLOCK_Q (the chosen config supplies it).
+    """
+    # TODO(Task 6.2): apply triton.autotune(configs=..., key=AUTOTUNE_KEY) to
+    # msda_forward_chunked_kernel (about 3 lines).
+    raise NotImplementedError("Task 6.2: make_autotuned_forward")
+
+
+_TUNED = None
+
+
+def msda_forward_autotuned(value, spatial_shapes, level_start_index, sampling_locations,
+                           attention_weights, kernel=None):
+    """MSDA forward through the autotuned kernel; wide channel tiles (CHUNK_D = next pow2 of D).
+
+    Args:
+        value, spatial_shapes, level_start_index, sampling_locations, attention_weights: as in
+            :func:`msda_forward_chunked`.
+        kernel: an autotuned kernel from :func:`make_autotuned_forward`; None means one shared
+            kernel built on first use with the default configs (it remembers what it tuned).
+
+    Returns:
+        (B, Q, M * D) in value's dtype.
+    """
+    global _TUNED
+    if kernel is None:
+        if _TUNED is None:
+            _TUNED = make_autotuned_forward()
+        kernel = _TUNED
+    B, S, M, D = value.shape
+    _, Q, _, L, K, _ = sampling_locations.shape
+    value, shapes, starts, loc, attn = _prepare(value, spatial_shapes, level_start_index,
+                                                sampling_locations, attention_weights)
+    out = torch.empty(B, Q, M, D, dtype=value.dtype, device=value.device)
+    CHUNK_D = triton.next_power_of_2(D)
+    # TODO(Task 6.2): a grid that reads BLOCK_Q (and CHUNK_D) from the chosen config's meta
+    # dictionary, then launch `kernel` without BLOCK_Q (about 5 lines).
+    raise NotImplementedError("Task 6.2: msda_forward_autotuned (the grid and the launch)")
+    return out.view(B, Q, M * D)
