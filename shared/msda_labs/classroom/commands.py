@@ -33,8 +33,12 @@ def _problem(message: str):
 # ---------------------------------------------------------------------------------------- export
 
 def _cmd_export(ns) -> int:
-    from msda_labs.classroom.export import (ExportError, classroom50_autograder, export_labs,
-                                            gradescope_zip)
+    from msda_labs.classroom.export import (
+        ExportError,
+        classroom50_autograder,
+        export_labs,
+        gradescope_zip,
+    )
     from msda_labs.classroom.manifest import ManifestError, find_manifest, load_manifest
 
     if not (ns.out or ns.gradescope or ns.classroom50):
@@ -73,8 +77,13 @@ def _cmd_export(ns) -> int:
 # --------------------------------------------------------------------------------------- regrade
 
 def _cmd_regrade(ns) -> int:
-    from msda_labs.classroom.regrade import (RegradeError, is_checkout, regrade_batch,
-                                             regrade_checkout, write_gradebook)
+    from msda_labs.classroom.regrade import (
+        RegradeError,
+        is_checkout,
+        regrade_batch,
+        regrade_checkout,
+        write_gradebook,
+    )
     from msda_labs.grading.render import render_markdown, render_terminal
 
     path = Path(ns.path)

@@ -69,8 +69,8 @@ def render_workflow(manifest: Manifest, lab: Lab, reporter_action: str | None = 
     gpu = lab.stage("gpu")
     gpu_job = ""
     if gpu is not None:
-        gpu_job = fill(template("workflow-gpu-job.yml"), GPU_JOB_MINUTES=_minutes(gpu.job_timeout_s),
-                       **common)
+        gpu_job = fill(template("workflow-gpu-job.yml"),
+                       GPU_JOB_MINUTES=_minutes(gpu.job_timeout_s), **common)
     cpu_seconds = max(s.job_timeout_s for s in lab.cpu_stages) if lab.cpu_stages else 1800
     text = fill(template("workflow-classroom.yml"), REPORTER=reporter.rstrip("\n"),
                 GPU_JOB=gpu_job.rstrip("\n"), JOB_MINUTES=_minutes(cpu_seconds), **common)

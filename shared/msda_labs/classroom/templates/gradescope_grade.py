@@ -20,8 +20,9 @@ def _find_module(submission: Path, lab: str) -> Path | None:
     top = submission / f"{lab}.py"
     if top.is_file():
         return top
+    skip = {"tests", "shared", "my", ".git"}
     found = sorted((p for p in submission.rglob(f"{lab}.py")
-                    if not {"tests", "shared", "my", ".git"} & set(p.relative_to(submission).parts)),
+                    if not skip & set(p.relative_to(submission).parts)),
                    key=lambda p: len(p.parts))
     return found[0] if found else None
 
