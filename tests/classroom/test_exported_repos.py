@@ -214,6 +214,11 @@ def test_batch_regrade_writes_a_gradebook(exports, tmp_path):
     subprocess.run([*git, "commit", "-q", "-m", "done"], cwd=alice, check=True)
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=alice, capture_output=True,
                           text=True, check=True).stdout.strip()
+    # alice started from an older export: a grading file differs from the pristine copy, and her
+    # own manifest agrees with it (kit drift, not tampering)
+    init = alice / "shared" / "msda_labs" / "__init__.py"
+    init.write_text(init.read_text() + "# an older export\n")
+    integrity.write_manifest(alice)
     bob = _copy(exports[CHEAP], folder / f"{MANIFEST.lab(CHEAP).folder}-bob")
     changed = _tamper(bob)
     (folder / "notes").mkdir()  # not a checkout: a row that says so
@@ -232,6 +237,7 @@ def test_batch_regrade_writes_a_gradebook(exports, tmp_path):
     assert set(rows) == {"alice", "bob", "notes"}
     assert rows["alice"]["score"] == rows["alice"]["max"] != "0"
     assert rows["alice"]["integrity"] == "clean" and rows["alice"]["commit"] == head
+    assert "1 grading file(s) from an older export" in rows["alice"]["note"]
     assert rows["bob"]["score"] == "0" and rows["bob"]["max"] == rows["alice"]["max"]
     assert changed in rows["bob"]["integrity"]
     assert rows["notes"]["score"] == "" and "labNN.py" in rows["notes"]["note"]

@@ -44,6 +44,8 @@ def test_student_work_and_litter_are_not_grading_files(repo):
     (repo / "shared" / "msda_labs.egg-info" / "PKG-INFO").write_text("x")
     (repo / "grade.json").write_text("{}")
     (repo / "scratch.py").write_text("print(1)\n")  # shadows nothing
+    # Classroom 50's accept shim; grading runs the published workflow, not added ones
+    (repo / ".github" / "workflows" / "autograde.yaml").write_text("name: shim\n")
     assert integrity.check_folder(repo)["modified"] == []
 
 

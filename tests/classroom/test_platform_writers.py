@@ -88,7 +88,8 @@ def test_classroom50_result_matches_documented_fields(sample_result):
     assert sum(t["score"] for t in graded) == 2 and sum(t["max-score"] for t in graded) == 10
     assert [t["passed"] for t in graded] == [True, False, False, False, False, False]
     integrity = [t for t in data["tests"] if t["test-name"].startswith("integrity")]
-    assert integrity == [{"test-name": "integrity: grading files as published", "passed": False,
+    assert integrity == [{"test-name": "integrity: grading files as published (changed: "
+                                       "tests/test_lab05.py)", "passed": False,
                           "score": 0, "max-score": 0}]
 
 

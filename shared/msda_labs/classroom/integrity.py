@@ -129,7 +129,10 @@ def diff(expected: dict[str, str], actual: dict[str, str]) -> dict[str, list[str
 
 
 def _report(parts: dict[str, list[str]], root: Path, **extra) -> dict:
-    added = sorted(set(parts["added"]) | set(_shadowing_entries(root)))
+    # A workflow the student (or Classroom 50's accept shim, autograde.yaml) adds changes no
+    # grade: grading runs the published workflow, whose changes are reported.
+    added = [p for p in parts["added"] if not p.startswith(".github/workflows/")]
+    added = sorted(set(added) | set(_shadowing_entries(root)))
     parts = {**parts, "added": added}
     modified = sorted(set(parts["changed"]) | set(parts["missing"]) | set(added))
     return {"checked": True, "modified": modified, **parts, **extra}

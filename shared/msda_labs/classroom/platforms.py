@@ -112,18 +112,19 @@ def classroom50_result(result: GradeResult, env: Mapping[str, str] | None = None
 
     The identifying fields come from the environment Classroom 50 gives the autograder
     (CLASSROOM, ASSIGNMENT, USERNAME or OWNER, SUBMISSION_TAG, COMMIT_URL, RELEASE_URL,
-    REVIEW_URL); missing ones are empty strings. A modified grading file adds a 0-point test
-    that fails, so the teacher sees it in the release.
+    REVIEW_URL); missing ones are empty strings. When integrity was checked, a 0-point test
+    says whether the grading files were as published (it fails, naming them, when not).
     """
     env = os.environ if env is None else env
     tests = [{"test-name": label_of(ex, t), "passed": t.status == "passed",
               "score": int(t.score), "max-score": int(t.max_score)} for ex, t in result.tests()]
-    modified = result.integrity.get("modified") or []
-    restored = result.integrity.get("restored") or []
-    if result.integrity.get("checked") or restored:
+    info = result.integrity
+    # After a regrade, `tampered` lists what the student changed (restored before grading).
+    changed = info.get("modified") or info.get("tampered", info.get("restored")) or []
+    if info.get("checked"):
         tests.append({"test-name": "integrity: grading files as published"
-                      + (f" (restored: {', '.join(restored)})" if restored else ""),
-                      "passed": not modified and not restored, "score": 0, "max-score": 0})
+                      + (f" (changed: {', '.join(changed)})" if changed else ""),
+                      "passed": not changed, "score": 0, "max-score": 0})
     return {
         "schema": CLASSROOM50_SCHEMA,
         "classroom": env.get("CLASSROOM", ""),

@@ -154,6 +154,7 @@ def regrade_checkout(checkout: Path, *, pristine: Path | None = None, lab_id: st
         else:
             source, label = Path(pristine).resolve(), str(pristine)
         found = integrity.compare_trees(checkout, source)
+        own = integrity.check_folder(checkout)
         work = scratch / "work"
         _copy_student(checkout, work)
         notes = restore(work, source, lab_id)
@@ -163,13 +164,22 @@ def regrade_checkout(checkout: Path, *, pristine: Path | None = None, lab_id: st
             result.merge(_gpu_stage(lab_id, work, seed))
     result.submission = f"{checkout.name}/{lab_id}.py"
     restored = found["modified"]
+    # What the checkout changed against its own manifest (the export it started from): student
+    # edits, unless the manifest was edited too. The rest of `restored` is the kit's own drift
+    # since that export (use --pristine with the published export to see none).
+    tampered = own["modified"] if own.get("checked") else restored
     result.integrity = {"checked": True, "modified": [], "restored": restored,
-                        "changed": found["changed"], "missing": found["missing"],
-                        "added": found["added"], "source": label}
+                        "tampered": tampered, "changed": found["changed"],
+                        "missing": found["missing"], "added": found["added"], "source": label}
     head = [f"regraded with pristine grading files from {label}"]
-    if restored:
+    if tampered:
         head.append(f"the checkout had changed grading files, restored before grading: "
-                    f"{', '.join(restored)}")
+                    f"{', '.join(tampered)}")
+    drift = [p for p in restored if p not in tampered]
+    if drift:
+        head.append(f"{len(drift)} grading file(s) of the checkout's export differ from {label} "
+                    f"and were replaced too: {', '.join(drift[:5])}"
+                    + (" ..." if len(drift) > 5 else ""))
     if seed is not None:
         head.append("graded with a secret seed: the random cases differ from the published ones")
     result.notes = head + notes + [n for n in result.notes if n not in head]
@@ -249,11 +259,13 @@ def regrade_batch(folder: Path, *, lab: str | None = None, prefix: str | None = 
                 rows.append(GradebookRow(student, lab or "", "", "", "not graded", commit,
                                          str(exc)))
             else:
-                restored = result.integrity.get("restored") or []
+                tampered = result.integrity.get("tampered") or []
+                drift = len(result.integrity.get("restored") or []) - len(tampered)
                 rows.append(GradebookRow(
                     student, lab_id, result.score, result.max_score,
-                    "restored: " + "; ".join(restored) if restored else "clean", commit,
-                    result=result))
+                    "modified: " + "; ".join(tampered) if tampered else "clean", commit,
+                    f"{drift} grading file(s) from an older export replaced" if drift > 0
+                    else "", result=result))
             if progress is not None:
                 progress(rows[-1])
     return rows
