@@ -59,6 +59,7 @@ def run_remote(self, submission, *, timeout=None, tasks=(), seed=None, stage="gp
     # Modal's side, without Modal: the body runs here (no CUDA: no GPU test runs), then one
     # GPU test result is added as a container with a GPU would report it.
     assert self.gpu == "T4" and self.timeout_s == 900, (self.gpu, self.timeout_s)
+    assert seed == 7, seed  # a secret seed set in the environment reaches the container
     data = self.run_local(submission, timeout=timeout, tasks=tasks, seed=seed, stage=stage)
     data["exercises"].append({"id": "99.3", "name": "double_on_gpu", "tests": [{
         "name": "test_double_on_gpu", "status": "passed", "score": 3, "max_score": 3,
@@ -75,7 +76,7 @@ raise SystemExit(main(sys.argv[1:]))
 
 def test_modal_route_merges_the_gpu_stage_into_one_report(tmp_path):
     env = _bare_env(tmp_path, MODAL_TOKEN_ID="ak-fake", MODAL_TOKEN_SECRET="as-fake",
-                    MSDA_ARTIFACT_DIR=str(tmp_path / "art"))
+                    MSDA_ARTIFACT_DIR=str(tmp_path / "art"), MSDA_GRADE_SEED="7")
     out = tmp_path / "grade.json"
     proc = subprocess.run([sys.executable, "-c", _FAKE_MODAL, "grade", str(LAB), "--stage", "all",
                            "--json", str(out)],

@@ -186,6 +186,8 @@ def _run_on_modal(lab_id: str, lab_dir: Path, submission: Path, *, timeout, task
         raise GpuStageError(f"Modal credentials were found but the modal client is not installed "
                             f"({exc}): pip install modal==1.6.4 (`nox -s {lab_id}-gpu` installs "
                             f"it for you)") from None
+    if seed is None and os.environ.get("MSDA_GRADE_SEED", "").strip().lstrip("-").isdigit():
+        seed = int(os.environ["MSDA_GRADE_SEED"])  # the container does not see this process's env
     settings = settings_for(lab_id, lab_dir)
     built = modal_app.build(settings, lab_dir)
     payload = built.run_remote(submission, timeout=timeout, tasks=tuple(tasks), seed=seed)
