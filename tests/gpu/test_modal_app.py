@@ -116,6 +116,9 @@ def test_local_body_grades_on_cpu_and_drops_the_gpu_tests_honestly():
     assert data["score"] == data["max_score"] == 3  # 2 + 1; the GPU test's 3 are not counted
     assert data["stages"] == ["cpu"]
     assert "GPU tests skipped: no CUDA device here" in data["notes"]
+    # a GPU test skipped for another reason is dropped too, and the note says why
+    assert "GPU test test_double_on_a_future_gpu not graded here (skipped: needs compute " \
+        "capability 99.0)" in data["notes"]
     assert any(n.startswith("speed of double") for n in data["notes"])
     assert "lab99-speed.csv" in data["artifacts"]  # what the tests wrote comes back
     assert data["artifacts"]["lab99-speed.csv"].startswith("variant,us")
@@ -125,7 +128,7 @@ def test_local_body_grades_on_cpu_and_drops_the_gpu_tests_honestly():
 def test_local_body_gpu_stage_without_cuda_scores_nothing():
     data = _local("gpu")
     assert data["exercises"] == [] and data["score"] == data["max_score"] == 0
-    assert data["notes"] == ["GPU tests skipped: no CUDA device here"]
+    assert data["notes"][0] == "GPU tests skipped: no CUDA device here"
 
 
 def test_body_reports_a_lab_it_cannot_grade(tmp_path):

@@ -336,7 +336,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             stage = item.get_closest_marker("stage")
             if stage is not None and report.when == "setup":
                 gs.points.pop(item.nodeid)
-                note = "GPU tests skipped: no CUDA device here"
+                reason = str(getattr(call.excinfo.value, "msg", "")) if call.excinfo else ""
+                note = "GPU tests skipped: no CUDA device here" \
+                    if not reason or reason.startswith("needs a CUDA GPU") else \
+                    f"GPU test {item.name} not graded here (skipped: {reason})"
                 if note not in gs.notes:
                     gs.notes.append(note)
                 return
