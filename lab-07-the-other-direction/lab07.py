@@ -103,8 +103,9 @@ def gather_corners(value, spatial_shapes, level_start_index, sampling_locations)
         wts.append((lx if dx else 1 - lx) * (ly if dy else 1 - ly))
         valid.append(inside)
         rows.append(row)
-    return Corners(torch.stack(v), torch.stack(wts), torch.stack(valid), torch.stack(rows),
-                   lx, ly, w, h)
+    return Corners(
+        torch.stack(v), torch.stack(wts), torch.stack(valid), torch.stack(rows), lx, ly, w, h
+    )
 
 
 def grad_attention_weights(corners: Corners, g: torch.Tensor) -> torch.Tensor:
@@ -122,8 +123,9 @@ def grad_attention_weights(corners: Corners, g: torch.Tensor) -> torch.Tensor:
     raise NotImplementedError("Task 7.1: grad_attention_weights")
 
 
-def grad_sampling_locations(corners: Corners, g: torch.Tensor,
-                            attention_weights: torch.Tensor) -> torch.Tensor:
+def grad_sampling_locations(
+    corners: Corners, g: torch.Tensor, attention_weights: torch.Tensor
+) -> torch.Tensor:
     """dLoss/d(x, y) for every sample: a corner difference in pixels, times the chain factor.
 
     Args:
@@ -140,8 +142,12 @@ def grad_sampling_locations(corners: Corners, g: torch.Tensor,
     raise NotImplementedError("Task 7.2: grad_sampling_locations")
 
 
-def scatter_grad_value(grad_value_rows: torch.Tensor, corners: Corners, g: torch.Tensor,
-                       attention_weights: torch.Tensor) -> torch.Tensor:
+def scatter_grad_value(
+    grad_value_rows: torch.Tensor,
+    corners: Corners,
+    g: torch.Tensor,
+    attention_weights: torch.Tensor,
+) -> torch.Tensor:
     """dLoss/dvalue: every corner that a sample read receives A * w_c * g, summed over samples.
 
     Args:
@@ -161,8 +167,9 @@ def scatter_grad_value(grad_value_rows: torch.Tensor, corners: Corners, g: torch
     raise NotImplementedError("Task 7.3: scatter_grad_value")
 
 
-def msda_backward_torch(value, spatial_shapes, level_start_index, sampling_locations,
-                        attention_weights, grad_out):
+def msda_backward_torch(
+    value, spatial_shapes, level_start_index, sampling_locations, attention_weights, grad_out
+):
     """The MSDA backward: the gradients of the output with respect to its three float inputs.
 
     Args:
@@ -203,7 +210,7 @@ if __name__ == "__main__":
     out = 0
     for lvl, (h, w) in enumerate(shapes.tolist()):
         start = int((shapes[:lvl, 0] * shapes[:lvl, 1]).sum())
-        img = value[:, start:start + h * w].permute(0, 2, 3, 1).reshape(B * M, D, h, w)
+        img = value[:, start : start + h * w].permute(0, 2, 3, 1).reshape(B * M, D, h, w)
         grid = (2 * loc[:, :, :, lvl] - 1).permute(0, 2, 1, 3, 4).reshape(B * M, Q, K, 2)
         sampled = F.grid_sample(img, grid, align_corners=False)  # [B*M, D, Q, K]
         a = attn[:, :, :, lvl].permute(0, 2, 1, 3).reshape(B * M, 1, Q, K)
@@ -211,6 +218,7 @@ if __name__ == "__main__":
     grad_out = torch.randn(B, Q, M * D, generator=gen)
     out.view(B, M, D, Q).permute(0, 3, 1, 2).reshape(B, Q, M * D).backward(grad_out)
     mine = msda_backward_torch(value.detach(), shapes, None, loc.detach(), attn.detach(), grad_out)
-    for name, res, ref in zip(("grad_value", "grad_loc", "grad_attn"), mine,
-                              (value.grad, loc.grad, attn.grad)):
+    for name, res, ref in zip(
+        ("grad_value", "grad_loc", "grad_attn"), mine, (value.grad, loc.grad, attn.grad)
+    ):
         print(f"{name}: max |yours - autograd| = {(res - ref).abs().max():.2e}")

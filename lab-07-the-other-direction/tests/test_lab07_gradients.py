@@ -6,26 +6,32 @@ inputs and a seeded upstream gradient, at the backward tolerance of fp32.
 
 import pytest
 import torch
-from torch.overrides import TorchFunctionMode
-
 from msda_labs.cases import STANDARD_CASES, Case, make_inputs, seeded_generator
 from msda_labs.grading import expect_close
 from msda_labs.grading.grad_mistakes import grad_variants, lost_update_grad_value
 from msda_labs.reference import reference_grads
+from torch.overrides import TorchFunctionMode
 
 LAB = "lab07"
 TITLE = "The other direction"
 MODE = "cpu"
-TASKS = {"7.1": "grad_attention_weights", "7.2": "grad_sampling_locations",
-         "7.3": "scatter_grad_value"}
+TASKS = {
+    "7.1": "grad_attention_weights",
+    "7.2": "grad_sampling_locations",
+    "7.3": "scatter_grad_value",
+}
 
 # Beyond the standard cases: a quarter of the locations so far out that all four corners are
 # outside, where every gradient must be exactly zero.
-FAR_OUT = Case("far_out_of_bounds", B=2, Q=6, M=2, D=4, shapes=((5, 7),), K=2, loc_lo=-0.5,
-               loc_hi=1.5, seed=3)
+FAR_OUT = Case(
+    "far_out_of_bounds", B=2, Q=6, M=2, D=4, shapes=((5, 7),), K=2, loc_lo=-0.5, loc_hi=1.5, seed=3
+)
 CASES = (*STANDARD_CASES, FAR_OUT)
-FUNCTION = {"grad_attn": "grad_attention_weights", "grad_loc": "grad_sampling_locations",
-            "grad_value": "scatter_grad_value"}
+FUNCTION = {
+    "grad_attn": "grad_attention_weights",
+    "grad_loc": "grad_sampling_locations",
+    "grad_value": "scatter_grad_value",
+}
 WHICH = {"grad_value": 0, "grad_loc": 1, "grad_attn": 2}
 
 
@@ -60,15 +66,27 @@ def _as_grad_value(res, shape):
 
 def _check(submission, which, case, inputs, grad_out, variants=None):
     res = submission.run(_one_gradient, which, *inputs, grad_out)
-    ref = reference_grads(inputs.value, inputs.spatial_shapes, inputs.sampling_locations,
-                          inputs.attention_weights, grad_out)[WHICH[which]]
+    ref = reference_grads(
+        inputs.value,
+        inputs.spatial_shapes,
+        inputs.sampling_locations,
+        inputs.attention_weights,
+        grad_out,
+    )[WHICH[which]]
     if which == "grad_value":
         res = _as_grad_value(res, ref.shape)
     if variants is None:
         variants = grad_variants(inputs, grad_out, which)
-    expect_close(res, ref, what=f"{FUNCTION[which]} ({which})", case=case.describe(),
-                 dtype=torch.float32, backward=True, expect_dtype=torch.float32,
-                 variants=variants)
+    expect_close(
+        res,
+        ref,
+        what=f"{FUNCTION[which]} ({which})",
+        case=case.describe(),
+        dtype=torch.float32,
+        backward=True,
+        expect_dtype=torch.float32,
+        variants=variants,
+    )
 
 
 class _CountCalls(TorchFunctionMode):
@@ -116,7 +134,8 @@ def _check_vectorized(submission, which):
             f"rule: {FUNCTION[which]} makes {n_small} torch calls for B=1 Q=2 M=1 D=2 but "
             f"{n_big} for B=3 Q=24 M=4 D=5 (same levels and points): it loops over batch, "
             f"queries, heads or channels in Python. Work on whole tensors (loops over levels, "
-            f"points or the four corners are fine)")
+            f"points or the four corners are fine)"
+        )
 
 
 # -- Task 7.1 ----------------------------------------------------------------------------------
@@ -167,13 +186,21 @@ def test_scatter_grad_value_shared_pixels(submission):
     writes = (ref != 0).long() * case.Q
     variants = {"lost_updates": lost_update_grad_value(ref, writes, (writes > 0).long())}
     variants.update(grad_variants(inputs, grad_out, "grad_value"))
-    what = (f"{case.describe()}, all 8 queries at the same point (x, y) = (0.43, 0.61) with the "
-            f"same weight and upstream gradient")
-    res = _as_grad_value(submission.run(_one_gradient, "grad_value", *inputs, grad_out),
-                         ref.shape)
-    expect_close(res, ref, what="scatter_grad_value (grad_value)", case=what,
-                 dtype=torch.float32, backward=True, expect_dtype=torch.float32,
-                 variants=variants)
+    what = (
+        f"{case.describe()}, all 8 queries at the same point (x, y) = (0.43, 0.61) with the "
+        f"same weight and upstream gradient"
+    )
+    res = _as_grad_value(submission.run(_one_gradient, "grad_value", *inputs, grad_out), ref.shape)
+    expect_close(
+        res,
+        ref,
+        what="scatter_grad_value (grad_value)",
+        case=what,
+        dtype=torch.float32,
+        backward=True,
+        expect_dtype=torch.float32,
+        variants=variants,
+    )
 
 
 @pytest.mark.task("7.3", points=1)

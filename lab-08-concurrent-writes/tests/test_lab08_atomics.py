@@ -14,7 +14,6 @@ import os
 
 import pytest
 import torch
-
 from msda_labs import runtime
 from msda_labs.cases import (
     DECODER,
@@ -29,7 +28,7 @@ from msda_labs.cases import (
 )
 from msda_labs.grading import expect_close, expect_tensor
 from msda_labs.grading.grad_mistakes import grad_variants, lost_update_grad_value
-from msda_labs.grading.plugin import SubmissionCrashed, SubmissionProblem
+from msda_labs.grading.plugin import SubmissionCrashed, SubmissionError, SubmissionProblem
 from msda_labs.reference import reference_grads
 
 LAB = "lab08"
@@ -201,9 +200,10 @@ def test_predict_racy_histogram_skewed(submission):
 
 @pytest.mark.task("8.1", points=2)
 @pytest.mark.parametrize(
-    ("n", "n_bins", "block"), [(1000, 12, 100), (50, 7, 3), (20, 4, 1000)],
+    ("n", "n_bins", "block"),
+    [(1000, 12, 100), (50, 7, 3), (20, 4, 1000)],
     ids=["BLOCK100", "BLOCK3", "BLOCK_larger_than_n"],
-)  # fmt: skip
+)
 def test_predict_racy_histogram_any_block(submission, n, n_bins, block):
     # Blocks that are not powers of two: no kernel can run them, the rule still holds.
     _check_prediction(submission, n, n_bins, block, 6, measure=False)
@@ -253,8 +253,9 @@ def _check_histogram(submission, idx, n_bins, block, where):
             f"(their masked load returned other=0); give the atomic the mask too",
         ),
     }
-    expect_close(buf[guard : guard + n_bins], exact, what=what, case=where, rtol=0, atol=0,
-                 variants=variants)  # fmt: skip
+    expect_close(
+        buf[guard : guard + n_bins], exact, what=what, case=where, rtol=0, atol=0, variants=variants
+    )
     if bool((buf[guard + n_bins :] != 0).any()):
         raise AssertionError(
             f"{what} on {where}: the kernel added into memory past the end of out: an "
@@ -272,8 +273,9 @@ def _check_histogram(submission, idx, n_bins, block, where):
 )
 def test_histogram_atomic(submission, n, n_bins, block, seed):
     idx = torch.randint(0, n_bins, (n,), generator=seeded_generator(seed))
-    _check_histogram(submission, idx, n_bins, block,
-                     f"{n} seeded indices into {n_bins} bins, BLOCK={block}")  # fmt: skip
+    _check_histogram(
+        submission, idx, n_bins, block, f"{n} seeded indices into {n_bins} bins, BLOCK={block}"
+    )
 
 
 @pytest.mark.task("8.2", points=2)
@@ -287,12 +289,26 @@ def test_histogram_atomic_one_bin(submission):
 # Task 8.3: the backward kernel
 # ==============================================================================================
 FAR_OUT = Case(
-    "far_out_of_bounds", B=2, Q=6, M=2, D=4, shapes=((5, 7),), K=2, loc_lo=-0.5, loc_hi=1.5,
+    "far_out_of_bounds",
+    B=2,
+    Q=6,
+    M=2,
+    D=4,
+    shapes=((5, 7),),
+    K=2,
+    loc_lo=-0.5,
+    loc_hi=1.5,
     seed=3,
-)  # fmt: skip
+)
 # (case, BLOCK_Q): ragged last blocks (Q = 7 = 4 + 3, Q = 6 = 4 + 2), one block wider than Q
 # (Q = 5 < 8), one exact block (Q = 4). A quarter of FAR_OUT's samples have all four corners out.
-FP32_RUNS = [(MULTI_LEVEL, 8), (SINGLE, 4), (OUT_OF_BOUNDS, 4), (STANDARD_CASES[3], 4), (FAR_OUT, 4)]
+FP32_RUNS = [
+    (MULTI_LEVEL, 8),
+    (SINGLE, 4),
+    (OUT_OF_BOUNDS, 4),
+    (STANDARD_CASES[3], 4),
+    (FAR_OUT, 4),
+]
 OUTPUTS = ("grad_attn", "grad_loc", "grad_value")
 _WHICH = {"grad_value": 0, "grad_loc": 1, "grad_attn": 2}
 
@@ -343,10 +359,24 @@ def _kernel_probe(module, inputs, grad_out, block_q):
     ga_buf, grad_attn = _sentinel_buffer(attn.shape, attn.dtype, dev, pguard)
     g = grad_out.to(dev).reshape(B, Q, M, D)
     module.msda_backward_kernel[(_cdiv(Q, block_q), B * M)](
-        _between_guards(value, vguard), shapes, starts, _between_guards(loc, pguard),
-        _between_guards(attn, pguard), _between_guards(g, pguard), grad_value, grad_loc,
-        grad_attn, Q, S, M=M, D=D, L=L, K=K, BLOCK_Q=block_q, BLOCK_D=_pow2(D),
-    )  # fmt: skip
+        _between_guards(value, vguard),
+        shapes,
+        starts,
+        _between_guards(loc, pguard),
+        _between_guards(attn, pguard),
+        _between_guards(g, pguard),
+        grad_value,
+        grad_loc,
+        grad_attn,
+        Q,
+        S,
+        M=M,
+        D=D,
+        L=L,
+        K=K,
+        BLOCK_Q=block_q,
+        BLOCK_D=_pow2(D),
+    )
     return gv_buf, gl_buf, ga_buf
 
 
@@ -380,9 +410,9 @@ def _check_point_buffer(buf, shape, dtype, guard, *, what, where):
     after = (~_is_sentinel(tail)).nonzero().flatten()
     if after.numel():
         raise AssertionError(
-            f"{what} on {where}: the kernel wrote {after.numel()} elements past its end (the "
-            f"first {int(after[0])} elements after it): an unmasked tail, the rows q >= Q of "
-            f"the last query block; store under mask_q"
+            f"{what} on {where}: the kernel wrote {after.numel()} elements past its end "
+            f"(from {int(after[0]) + 1} element(s) after its last one): an unmasked tail, the "
+            f"rows q >= Q of the last query block; store under mask_q"
         )
     if bool((~_is_sentinel(head)).any()):
         raise AssertionError(f"{what} on {where}: the kernel wrote before its start")
@@ -399,8 +429,15 @@ def _check_point_buffer(buf, shape, dtype, guard, *, what, where):
 def _check_grad_value_buffer(buf, shape, guard, ref, *, what, where, variants):
     n = math.prod(shape)
     buf = expect_tensor(buf, f"{what} on {where}", shape=(n + 2 * guard,), dtype=torch.float32)
-    expect_close(buf[guard : guard + n].view(shape), ref, what=what, case=where,
-                 dtype=torch.float32, backward=True, variants=variants)  # fmt: skip
+    expect_close(
+        buf[guard : guard + n].view(shape),
+        ref,
+        what=what,
+        case=where,
+        dtype=torch.float32,
+        backward=True,
+        variants=variants,
+    )
     for name, part in (("before its start", buf[:guard]), ("past its end", buf[guard + n :])):
         touched = int((part != 0).sum())
         if touched:
@@ -410,8 +447,9 @@ def _check_grad_value_buffer(buf, shape, guard, ref, *, what, where, variants):
             )
 
 
-def _check_kernel_output(submission, output, case, block_q, inputs=None, grad_out=None,
-                         variants=None, key=None):  # fmt: skip
+def _check_kernel_output(
+    submission, output, case, block_q, inputs=None, grad_out=None, variants=None, key=None
+):
     inputs = inputs if inputs is not None else make_inputs(case, torch.float32)
     grad_out = grad_out if grad_out is not None else upstream(case)
     gv_buf, gl_buf, ga_buf = _kernel_buffers(
@@ -426,14 +464,23 @@ def _check_kernel_output(submission, output, case, block_q, inputs=None, grad_ou
     where = f"{case.describe()} in float32, BLOCK_Q={block_q}"
     what = f"msda_backward_kernel ({output})"
     if output == "grad_value":
-        _check_grad_value_buffer(gv_buf, value.shape, _value_guard(S, M, D), ref, what=what,
-                                 where=where, variants=variants)  # fmt: skip
+        _check_grad_value_buffer(
+            gv_buf,
+            value.shape,
+            _value_guard(S, M, D),
+            ref,
+            what=what,
+            where=where,
+            variants=variants,
+        )
         return
     buf, shape = (gl_buf, loc.shape) if output == "grad_loc" else (ga_buf, attn.shape)
-    res = _check_point_buffer(buf, shape, torch.float32, _point_guard(block_q, M, L, K),
-                              what=what, where=where)  # fmt: skip
-    expect_close(res, ref, what=what, case=where, dtype=torch.float32, backward=True,
-                 variants=variants)  # fmt: skip
+    res = _check_point_buffer(
+        buf, shape, torch.float32, _point_guard(block_q, M, L, K), what=what, where=where
+    )
+    expect_close(
+        res, ref, what=what, case=where, dtype=torch.float32, backward=True, variants=variants
+    )
 
 
 @pytest.mark.task("8.3", points=1)
@@ -462,8 +509,29 @@ def test_backward_kernel_shared_pixels(submission):
     survivors = (writes > 0).long() * _cdiv(case.Q, block_q)  # one per program: lanes collapse
     variants = {"lost_updates": lost_update_grad_value(ref, writes, survivors)}
     variants.update(grad_variants(inputs, grad_out, "grad_value"))
-    _check_kernel_output(submission, "grad_value", case, block_q, inputs, grad_out, variants,
-                         key="shared_pixels")  # fmt: skip
+    _check_kernel_output(
+        submission, "grad_value", case, block_q, inputs, grad_out, variants, key="shared_pixels"
+    )
+
+
+CROWDED = Case(
+    "crowded_level", B=1, Q=16, M=1, D=4, shapes=((2, 3),), K=2, loc_lo=-0.1, loc_hi=1.1, seed=9
+)
+
+
+@pytest.mark.task("8.3", points=3)
+def test_backward_kernel_crowded_level(submission):
+    # Sixteen queries, one program, a level of six pixels: in every (l, k) step many lanes of the
+    # program add into the same pixel at once. Only an atomic add keeps all their shares.
+    try:
+        _check_kernel_output(submission, "grad_value", CROWDED, 16)
+    except AssertionError as exc:
+        if "this is exactly" in str(exc):
+            raise
+        raise AssertionError(
+            f"{exc}; here many lanes of one program add into the same pixel at once: if your "
+            f"other grad_value tests pass, the scatter loses updates (use tl.atomic_add)"
+        ) from None
 
 
 # -- through the given wrapper: half precision, the fp32 accumulator, the contract of lab 10 ----
@@ -478,17 +546,39 @@ def _wrapper_probe(module, inputs, grad_out, starts, kwargs):
 def _check_wrapper(submission, case, dtype, *, starts=True, **kwargs):
     inputs = make_inputs(case, dtype)
     grad_out = upstream(case).to(dtype)
-    res = _run(submission, _wrapper_probe, inputs, grad_out, starts, kwargs)
+    try:
+        res = _run(submission, _wrapper_probe, inputs, grad_out, starts, kwargs)
+    except SubmissionError as exc:
+        if dtype == torch.bfloat16 and "Unsupported data type" in str(exc):
+            raise SubmissionError(
+                f"{exc}; the interpreter has no bf16 atomic add: with fp32_grad_accum=True "
+                f"grad_value must be accumulated in an fp32 buffer (and atomics must add in the "
+                f"buffer's own dtype)"
+            ) from None
+        raise
     args = ", ".join(f"{k}={v}" for k, v in kwargs.items())
     what = f"msda_backward({'level_start_index=None, ' if not starts else ''}{args})"
     where = f"{case.describe()} in {str(dtype).replace('torch.', '')}"
     if not isinstance(res, (tuple, list)) or len(res) != 3:
         raise AssertionError(f"{what} on {where}: expected a tuple of three tensors")
-    refs = reference_grads(inputs.value, inputs.spatial_shapes, inputs.sampling_locations,
-                           inputs.attention_weights, grad_out)  # fmt: skip
+    refs = reference_grads(
+        inputs.value,
+        inputs.spatial_shapes,
+        inputs.sampling_locations,
+        inputs.attention_weights,
+        grad_out,
+    )
     for name, got, ref in zip(("grad_value", "grad_loc", "grad_attn"), res, refs):
-        expect_close(got, ref, what=f"{what} {name}", case=where, dtype=dtype, backward=True,
-                     expect_dtype=dtype, variants=grad_variants(inputs, grad_out, name))  # fmt: skip
+        expect_close(
+            got,
+            ref,
+            what=f"{what} {name}",
+            case=where,
+            dtype=dtype,
+            backward=True,
+            expect_dtype=dtype,
+            variants=grad_variants(inputs, grad_out, name),
+        )
 
 
 @pytest.mark.task("8.3", points=2)
@@ -500,8 +590,9 @@ def _check_wrapper(submission, case, dtype, *, starts=True, **kwargs):
 def test_backward_half_precision(submission, dtype, fp32_grad_accum):
     # bf16 only through the fp32 accumulator here: the interpreter has no bf16 atomic add (the GPU
     # stage runs the bf16 buffer too). Arithmetic must be fp32 whatever the dtype.
-    _check_wrapper(submission, OUT_OF_BOUNDS, getattr(torch, dtype), BLOCK_Q=4,
-                   fp32_grad_accum=fp32_grad_accum)  # fmt: skip
+    _check_wrapper(
+        submission, OUT_OF_BOUNDS, getattr(torch, dtype), BLOCK_Q=4, fp32_grad_accum=fp32_grad_accum
+    )
 
 
 @pytest.mark.task("8.3", points=1)
@@ -535,8 +626,14 @@ def _gpu_race_probe(module):
 def test_race_at_scale_on_gpu(submission):
     racy, atomic = _run(submission, _gpu_race_probe)
     exact = torch.bincount(_race_indices(), minlength=RACE_BINS).float()
-    expect_close(atomic, exact, what="histogram_atomic on the GPU", rtol=0, atol=0,
-                 case=f"{RACE_N:,} seeded indices into {RACE_BINS} bins, BLOCK=256")  # fmt: skip
+    expect_close(
+        atomic,
+        exact,
+        what="histogram_atomic on the GPU",
+        rtol=0,
+        atol=0,
+        case=f"{RACE_N:,} seeded indices into {RACE_BINS} bins, BLOCK=256",
+    )
     kept = float(racy.sum())
     # Every block of 256 holds duplicate bins, so even one program alone loses updates.
     assert kept < RACE_N, f"the racy histogram kept all {RACE_N:,} updates on the GPU"
@@ -547,8 +644,9 @@ def _gpu_backward_probe(module, case, dtype_name, fp32_grad_accum):
     dev = runtime.device()
     value, shapes, starts, loc, attn = make_inputs(case, dtype, device=dev)
     grad_out = upstream(case).to(device=dev, dtype=dtype)
-    res = module.msda_backward(value, shapes, starts, loc, attn, grad_out,
-                               fp32_grad_accum=fp32_grad_accum)  # fmt: skip
+    res = module.msda_backward(
+        value, shapes, starts, loc, attn, grad_out, fp32_grad_accum=fp32_grad_accum
+    )
     torch.cuda.synchronize()
     return res
 
@@ -566,11 +664,23 @@ def test_backward_decoder_on_gpu(submission, dtype, fp32_grad_accum):
     res = _run(submission, _gpu_backward_probe, case, dtype, fp32_grad_accum)
     inputs = make_inputs(case, torch_dtype)
     grad_out = upstream(case).to(torch_dtype)
-    refs = reference_grads(inputs.value, inputs.spatial_shapes, inputs.sampling_locations,
-                           inputs.attention_weights, grad_out)  # fmt: skip
+    refs = reference_grads(
+        inputs.value,
+        inputs.spatial_shapes,
+        inputs.sampling_locations,
+        inputs.attention_weights,
+        grad_out,
+    )
     where = f"{case.describe()} in {dtype}, fp32_grad_accum={fp32_grad_accum}"
     if not isinstance(res, (tuple, list)) or len(res) != 3:
         raise AssertionError(f"msda_backward on {where}: expected a tuple of three tensors")
     for name, got, ref in zip(("grad_value", "grad_loc", "grad_attn"), res, refs):
-        expect_close(got, ref, what=f"msda_backward {name} on the GPU", case=where,
-                     dtype=torch_dtype, backward=True, expect_dtype=torch_dtype)  # fmt: skip
+        expect_close(
+            got,
+            ref,
+            what=f"msda_backward {name} on the GPU",
+            case=where,
+            dtype=torch_dtype,
+            backward=True,
+            expect_dtype=torch_dtype,
+        )

@@ -320,10 +320,25 @@ def msda_backward(
     grad_attn = torch.empty_like(attn)
     grid = (triton.cdiv(Q, BLOCK_Q), B * M)
     msda_backward_kernel[grid](
-        value, shapes, starts, loc, attn, grad_out, grad_value, grad_loc, grad_attn, Q, S,
-        M=M, D=D, L=L, K=K, BLOCK_Q=BLOCK_Q, BLOCK_D=triton.next_power_of_2(D),
+        value,
+        shapes,
+        starts,
+        loc,
+        attn,
+        grad_out,
+        grad_value,
+        grad_loc,
+        grad_attn,
+        Q,
+        S,
+        M=M,
+        D=D,
+        L=L,
+        K=K,
+        BLOCK_Q=BLOCK_Q,
+        BLOCK_D=triton.next_power_of_2(D),
         num_warps=num_warps,
-    )  # fmt: skip
+    )
     return grad_value.to(value.dtype), grad_loc, grad_attn
 
 

@@ -31,54 +31,55 @@ GRAD_OUTPUTS = ("grad_value", "grad_loc", "grad_attn")
 GRAD_MISTAKES: dict[str, dict[str, str]] = {
     "no_wh": {
         "grad_loc": "a missing W/H chain factor: x_pix = x * W - 0.5, so dL/dx = W * dL/dx_pix "
-                    "(and H for y)",
+        "(and H for y)",
     },
     "swap_wh": {
         "grad_loc": "W and H swapped in the chain factor: the x gradient carries the width W, "
-                    "the y gradient the height H",
+        "the y gradient the height H",
     },
     "swap_xy": {
         "grad_loc": "x and y swapped in grad_loc: the last axis is (x, y), x first",
     },
     "flipped_difference": {
         "grad_loc": "a corner difference taken the wrong way round: d/dx_pix is right minus left "
-                    "(v01 - v00, v11 - v10), d/dy_pix is bottom minus top (v10 - v00, v11 - v01)",
+        "(v01 - v00, v11 - v10), d/dy_pix is bottom minus top (v10 - v00, v11 - v01)",
     },
     "no_attn": {
         "grad_loc": "the attention weight left out of grad_loc: the sample enters the output "
-                    "scaled by A, so its location's gradient is too",
+        "scaled by A, so its location's gradient is too",
         "grad_value": "the attention weight left out of grad_value: each corner receives "
-                      "A * w_c * g, not w_c * g",
+        "A * w_c * g, not w_c * g",
     },
     "times_attn": {
         "grad_attn": "grad_attn multiplied by the attention weight: the output is linear in A, "
-                     "so dL/dA = <g, sampled> with no A in it",
+        "so dL/dA = <g, sampled> with no A in it",
     },
     "unweighted": {
         "grad_attn": "the bilinear weights left out of grad_attn: <g, sampled> needs the "
-                     "weighted sum of the four corners, not their plain sum",
-        "grad_value": "the bilinear weights left out of grad_value: corner c receives "
-                      "A * w_c * g",
+        "weighted sum of the four corners, not their plain sum",
+        "grad_value": "the bilinear weights left out of grad_value: corner c receives A * w_c * g",
     },
     "clamp": {
         "grad_attn": "clamping to the border instead of zero padding: a corner outside the image "
-                     "reads 0, not the nearest border pixel",
+        "reads 0, not the nearest border pixel",
         "grad_loc": "clamping to the border instead of zero padding: a corner outside the image "
-                    "reads 0, not the nearest border pixel",
+        "reads 0, not the nearest border pixel",
         "grad_value": "out-of-bounds corners scattered onto the clamped border pixels: a corner "
-                      "outside the image must receive nothing (multiply its share by its "
-                      "validity, or mask it)",
+        "outside the image must receive nothing (multiply its share by its "
+        "validity, or mask it)",
     },
     "oob_unmasked": {
         "grad_value": "unmasked out-of-bounds corners: a corner outside the image still added "
-                      "its share at its unchecked flat address (the wrong row, level or batch); "
-                      "mask every corner's update with its validity",
+        "its share at its unchecked flat address (the wrong row, level or batch); "
+        "mask every corner's update with its validity",
     },
 }
 
-LOST_UPDATES = ("lost updates: several samples add into the same grad_value element and only one "
-                "of their writes survived; a scatter must accumulate (index_add_ / "
-                "index_put_(accumulate=True) in torch, tl.atomic_add in a kernel)")
+LOST_UPDATES = (
+    "lost updates: several samples add into the same grad_value element and only one "
+    "of their writes survived; a scatter must accumulate (index_add_ / "
+    "index_put_(accumulate=True) in torch, tl.atomic_add in a kernel)"
+)
 
 _CORNERS = ((0, 0), (0, 1), (1, 0), (1, 1))  # (dy, dx), row first: 00, 01, 10, 11
 
@@ -103,8 +104,9 @@ def msda_backward_variant(inputs, grad_out, mistake: str | None = None):
     loc = loc.detach().to("cpu", torch.float64)
     attn = attn.detach().to("cpu", torch.float64)
     shapes = torch.as_tensor(shapes).to("cpu", torch.int64)
-    starts = level_starts(shapes) if starts is None else torch.as_tensor(starts).to("cpu",
-                                                                                    torch.int64)
+    starts = (
+        level_starts(shapes) if starts is None else torch.as_tensor(starts).to("cpu", torch.int64)
+    )
     B, S, M, D = v.shape
     _, Q, _, L, K, _ = loc.shape
     g = grad_out.detach().to("cpu", torch.float64).reshape(B, Q, M, 1, 1, D)
@@ -159,7 +161,7 @@ def msda_backward_variant(inputs, grad_out, mistake: str | None = None):
     grad_loc = torch.stack((gy, gx) if mistake == "swap_xy" else (gx, gy), dim=-1)
     # grad_value: each corner's row receives A * w_c * g
     share_a = torch.ones_like(a) if mistake == "no_attn" else a
-    for wt, (row, raw_row), (inside, read_valid) in zip(weights, rows, valids):
+    for wt, (row, raw_row), (_inside, read_valid) in zip(weights, rows, valids):
         wt = torch.ones_like(wt) if mistake == "unweighted" else wt
         contrib = share_a * wt[..., None] * g
         if mistake == "oob_unmasked":
@@ -173,8 +175,9 @@ def msda_backward_variant(inputs, grad_out, mistake: str | None = None):
     return grad_rows.view(B, S, M, D), grad_loc, grad_attn
 
 
-def grad_variants(inputs, grad_out, output: str, mistakes=None) -> dict[str, tuple[torch.Tensor,
-                                                                                 str]]:
+def grad_variants(
+    inputs, grad_out, output: str, mistakes=None
+) -> dict[str, tuple[torch.Tensor, str]]:
     """``{mistake: (that output with the mistake, explanation)}`` for ``expect_close``.
 
     Args:
@@ -186,12 +189,15 @@ def grad_variants(inputs, grad_out, output: str, mistakes=None) -> dict[str, tup
         raise ValueError(f"output must be one of {GRAD_OUTPUTS}, got {output!r}")
     which = GRAD_OUTPUTS.index(output)
     names = [m for m in (mistakes or GRAD_MISTAKES) if output in GRAD_MISTAKES[m]]
-    return {name: (msda_backward_variant(inputs, grad_out, name)[which],
-                   GRAD_MISTAKES[name][output]) for name in names}
+    return {
+        name: (msda_backward_variant(inputs, grad_out, name)[which], GRAD_MISTAKES[name][output])
+        for name in names
+    }
 
 
-def lost_update_grad_value(ref_grad_value: torch.Tensor, writes: torch.Tensor,
-                           survivors: torch.Tensor) -> tuple[torch.Tensor, str]:
+def lost_update_grad_value(
+    ref_grad_value: torch.Tensor, writes: torch.Tensor, survivors: torch.Tensor
+) -> tuple[torch.Tensor, str]:
     """The grad_value a lost-update scatter produces when all writes to an element are equal.
 
     Args:
@@ -203,6 +209,7 @@ def lost_update_grad_value(ref_grad_value: torch.Tensor, writes: torch.Tensor,
         (that wrong grad_value, the explanation), ready for ``variants=``.
     """
     ref = ref_grad_value.detach().to(torch.float64)
-    scale = torch.where(writes > 0, survivors.to(torch.float64) / writes.clamp(min=1).double(),
-                        torch.ones_like(ref))
+    scale = torch.where(
+        writes > 0, survivors.to(torch.float64) / writes.clamp(min=1).double(), torch.ones_like(ref)
+    )
     return ref * scale, LOST_UPDATES
