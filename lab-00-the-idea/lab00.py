@@ -90,8 +90,8 @@ class DeformableAttention(nn.Module):
             raise ValueError(f"embed_dim {embed_dim} is not a multiple of num_heads {num_heads}")
         self.embed_dim, self.num_heads, self.num_points = embed_dim, num_heads, num_points
         self.head_dim = embed_dim // num_heads
-        # TODO(Task 0.3): the four nn.Linear layers listed in the class docstring; together with
-        # forward below, this class is (about 20 lines).
+        # TODO(Task 0.3): the four nn.Linear layers listed in the class docstring, 4 lines; with
+        # forward below, the whole class is (about 20 lines).
         raise NotImplementedError("Task 0.3: DeformableAttention.__init__")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -105,7 +105,7 @@ class DeformableAttention(nn.Module):
         """
         B, H, W, C = x.shape
         M, K, D = self.num_heads, self.num_points, self.head_dim
-        # TODO(Task 0.3): the forward pass.
+        # TODO(Task 0.3): the forward pass (about 15 lines).
         #   1. value (B, H, W, M, D); offsets (B, H * W, M, K, 2); weights (B, H * W, M, K),
         #      softmax over K.
         #   2. Reference points (H * W, 2): position (i, j) -> (x = j, y = i); careful,
@@ -133,8 +133,8 @@ class DeformableCrossAttention(nn.Module):
             raise ValueError(f"embed_dim {embed_dim} is not a multiple of num_heads {num_heads}")
         self.embed_dim, self.num_heads, self.num_points = embed_dim, num_heads, num_points
         self.head_dim = embed_dim // num_heads
-        # TODO(Task 0.4): the same four nn.Linear layers; with forward, this class is
-        # (about 20 lines).
+        # TODO(Task 0.4): the same four nn.Linear layers, 4 lines; with forward below, the whole
+        # class is (about 18 lines).
         raise NotImplementedError("Task 0.4: DeformableCrossAttention.__init__")
 
     def forward(self, query: torch.Tensor, reference_points: torch.Tensor,
@@ -152,9 +152,9 @@ class DeformableCrossAttention(nn.Module):
         B, Q, C = query.shape
         _, H, W, _ = value.shape
         M, K, D = self.num_heads, self.num_points, self.head_dim
-        # TODO(Task 0.4): three changes from DeformableAttention: value_proj reads the map,
-        # offset_proj and weight_proj read the queries, and the reference point is
-        # reference_points * (W, H) - 0.5 (x pairs with W). The rest is the same.
+        # TODO(Task 0.4): the forward pass (about 14 lines). Three changes from
+        # DeformableAttention: value_proj reads the map, offset_proj and weight_proj read the
+        # queries, and the reference point is reference_points * (W, H) - 0.5 (x pairs with W).
         raise NotImplementedError("Task 0.4: DeformableCrossAttention.forward")
 
 
@@ -204,8 +204,8 @@ class MSDACrossAttention(nn.Module):
         self.embed_dim, self.num_heads = embed_dim, num_heads
         self.num_levels, self.num_points = num_levels, num_points
         self.head_dim = embed_dim // num_heads
-        # TODO(Task 0.6): the four nn.Linear layers of the class docstring; with forward, this
-        # class is (about 15 lines).
+        # TODO(Task 0.6): the four nn.Linear layers of the class docstring, 4 lines; with forward
+        # below, the whole class is (about 12 lines).
         raise NotImplementedError("Task 0.6: MSDACrossAttention.__init__")
 
     def forward(self, query: torch.Tensor, reference_points: torch.Tensor, value: torch.Tensor,
@@ -224,7 +224,7 @@ class MSDACrossAttention(nn.Module):
         B, Q, C = query.shape
         S = value.shape[1]
         M, L, K, D = self.num_heads, self.num_levels, self.num_points, self.head_dim
-        # TODO(Task 0.6): value (B, S, M, D); offsets (B, Q, M, L, K, 2) divided by each level's
-        # (W_l, H_l) (spatial_shapes is (H, W): flip it) and added to the reference point;
-        # weights: one softmax over L * K; msda; out_proj.
+        # TODO(Task 0.6): the forward pass (about 8 lines): value (B, S, M, D); offsets
+        # (B, Q, M, L, K, 2) divided by each level's (W_l, H_l) (spatial_shapes is (H, W): flip
+        # it) and added to the reference point; weights: one softmax over L * K; msda; out_proj.
         raise NotImplementedError("Task 0.6: MSDACrossAttention.forward")
