@@ -64,7 +64,22 @@ def _as_grad_value(res, shape):
     return res
 
 
+# Differentiating by machine would skip the derivation this lab is about.
+BANNED = ("backward", "grad", "vjp", "jacobian", "requires_grad_", "grid_sample", "grid_sampler")
+
+
+def _check_rules(submission, which):
+    name = FUNCTION[which]
+    for banned in BANNED:
+        if submission.source.calls(name, banned):
+            raise AssertionError(
+                f"rule: {name} must compute its gradient from the formulas you derived; it calls "
+                f"{banned}(), which lets autograd (or the reference) do it"
+            )
+
+
 def _check(submission, which, case, inputs, grad_out, variants=None):
+    _check_rules(submission, which)
     res = submission.run(_one_gradient, which, *inputs, grad_out)
     ref = reference_grads(
         inputs.value,
@@ -190,6 +205,7 @@ def test_scatter_grad_value_shared_pixels(submission):
         f"{case.describe()}, all 8 queries at the same point (x, y) = (0.43, 0.61) with the "
         f"same weight and upstream gradient"
     )
+    _check_rules(submission, "grad_value")
     res = _as_grad_value(submission.run(_one_gradient, "grad_value", *inputs, grad_out), ref.shape)
     expect_close(
         res,
