@@ -39,6 +39,7 @@ GUARD = 4096  # elements of padding around the buffers the grader launches on
 RACE_CHUNKS = (2, 4, 8, 16, 32)
 RACE_MIN_RATIO = 1.5  # narrow time / wide time; the paper saw about 7x, lab 03 predicts ~16x
 TUNED_MAX_RATIO = 1.5  # autotuned time / your fixed-config time
+CHIP_MAX_RATIO = 3.0  # your time / the chip's, device time and end-to-end alike
 
 
 # -- probes: run inside the isolated child -----------------------------------------------------
@@ -167,17 +168,45 @@ def _gpu_race(module, case, chunks):
             "device": torch.cuda.get_device_name()}
 
 
-def _chip_baseline():
-    """The course's own kernel to time beside yours: the lab 06 chip's autotuned launcher where
-    this copy of the kit has it (the instructor's), else the lab 05 chip's forward. Loaded as a
-    private copy from the chip's file, so a replaced module in sys.modules changes nothing."""
+def _chip_baseline(candidates):
+    """The course's own kernel to time beside yours: the first of ``candidates`` ((lab, name)
+    pairs) whose chip this copy of the kit carries (an exported lab carries earlier labs' chips
+    only). Loaded as a private copy from the chip's file, so a replaced module in sys.modules
+    changes nothing."""
     from msda_labs.gpu.speed import chip_function
 
-    for lab_id, name in (("lab06", "msda_forward_autotuned"), ("lab05", "msda_forward")):
+    for lab_id, name in candidates:
         fn = chip_function(lab_id, name)
         if fn is not None:
             return fn, f"the {lab_id} chip's {name}"
-    return None, "none (no chip of lab 05 or 06 in this copy of the kit)"
+    return None, "none (this copy of the kit has no chip to compare with)"
+
+
+WIDE_BASELINES = (("lab06", "msda_forward_chunked"), ("lab05", "msda_forward"))
+TUNED_BASELINES = (("lab06", "msda_forward_autotuned"), ("lab05", "msda_forward"))
+
+
+def _gpu_speed(module, case):
+    """Probe (GPU): your wide launch (the wrapper's defaults) beside the chip's: outputs, device
+    time and end-to-end time per call."""
+    from msda_labs.gpu import bench
+
+    inputs = make_inputs(case, torch.float16, device="cuda")
+    chip, source = _chip_baseline(WIDE_BASELINES)
+    shape = (case.B, case.Q, case.M, case.D)
+    _poison(shape, torch.float16)
+    out = module.msda_forward_chunked(*inputs)
+    fns = {"yours": lambda: module.msda_forward_chunked(*inputs)}
+    chip_out = None
+    if chip is not None:
+        _poison(shape, torch.float16)
+        chip_out = chip(*inputs)
+        fns["chip"] = lambda: chip(*inputs)
+    torch.cuda.synchronize()
+    timings = bench.side_by_side(fns)
+    return {"out": out, "chip_out": chip_out, "baseline": source,
+            "timings": {k: t.as_dict() for k, t in timings.items()},
+            "e2e": bench.end_to_end(fns), "device": torch.cuda.get_device_name()}
 
 
 def _gpu_autotune(module, case):
@@ -192,12 +221,13 @@ def _gpu_autotune(module, case):
     torch.cuda.synchronize()
     fns = {"autotuned": lambda: module.msda_forward_autotuned(*inputs, kernel=kernel),
            "fixed": lambda: module.msda_forward_chunked(*inputs)}
-    baseline, source = _chip_baseline()
+    baseline, source = _chip_baseline(TUNED_BASELINES)
     if baseline is not None:
         fns["chip"] = lambda: baseline(*inputs)
     timings = bench.side_by_side(fns)
+    e2e = bench.end_to_end(fns)
     best = getattr(kernel, "best_config", None)
-    return {"out": out, "timings": {k: t.as_dict() for k, t in timings.items()},
+    return {"out": out, "timings": {k: t.as_dict() for k, t in timings.items()}, "e2e": e2e,
             "best_config": _describe_config(best) if best is not None else None,
             "n_configs": len(getattr(kernel, "configs", [])), "baseline": source,
             "device": torch.cuda.get_device_name()}
@@ -532,6 +562,43 @@ def test_gpu_race_wide_beats_narrow(submission):
             f"{ratio:.2f}x ({summary})")
 
 
+def _chip_ratio_problems(times, e2e, yours, what) -> list[str]:
+    """Device-time and end-to-end ratios of ``yours`` against "chip" beyond CHIP_MAX_RATIO."""
+    problems = []
+    if "chip" not in times:
+        return problems
+    for label, table in (("device time", times), ("end-to-end time per call", e2e)):
+        ratio = table[yours] / table["chip"]
+        if ratio > CHIP_MAX_RATIO:
+            problems.append(f"too slow: {what} takes {ratio:.2f}x the chip's {label} "
+                            f"({table[yours]:.1f} us against {table['chip']:.1f} us; passes up "
+                            f"to {CHIP_MAX_RATIO:g}x)")
+    return problems
+
+
+@pytest.mark.stage("gpu")
+@pytest.mark.task("6.1", points=2)
+def test_gpu_speed_against_chip(submission):
+    case = DECODER
+    res = submission.run(_gpu_speed, case)
+    _expect_forward(res["out"], case, torch.float16,
+                    "msda_forward_chunked with its defaults (the wide tiling) on the GPU")
+    if res["chip_out"] is None:
+        raise AssertionError(f"speed of msda_forward_chunked: no baseline: {res['baseline']}")
+    _expect_forward(res["chip_out"], case, torch.float16, "grader self-check: the chip")
+    times = {k: t["us"] for k, t in res["timings"].items()}
+    e2e = res["e2e"]
+    method = res["timings"]["yours"]["method"]
+    line = (f"speed of msda_forward_chunked (wide, fp16, decoder preset) on {res['device']}: "
+            f"yours {times['yours']:.1f} us vs {res['baseline']} {times['chip']:.1f} us = "
+            f"{times['yours'] / times['chip']:.2f}x its device time ({method}, L2 flushed, "
+            f"median); end to end per call {e2e['yours']:.1f} us vs {e2e['chip']:.1f} us")
+    _report(submission, line)
+    problems = _chip_ratio_problems(times, e2e, "yours", "your wide launch")
+    if problems:
+        raise AssertionError("; ".join(problems) + f" ({line})")
+
+
 @pytest.mark.stage("gpu")
 @pytest.mark.task("6.2", points=2)
 def test_gpu_autotuned_vs_fixed_and_chip(submission):
@@ -543,12 +610,14 @@ def test_gpu_autotuned_vs_fixed_and_chip(submission):
     best = res["best_config"]
     best_text = (f"BLOCK_Q={best['kwargs'].get('BLOCK_Q')}, num_warps={best['num_warps']}"
                  if best else "none recorded")
+    e2e = res["e2e"]
     parts = [f"autotuned {times['autotuned']:.1f} us (best config {best_text}, "
              f"{res['n_configs']} configs)", f"your fixed BLOCK_Q=32 {times['fixed']:.1f} us"]
     if "chip" in times:
         parts.append(f"chip {times['chip']:.1f} us ({res['baseline']}), yours/chip "
                      f"{times['autotuned'] / times['chip']:.2f}x")
-    summary = f"autotune on {res['device']}: " + ", ".join(parts)
+    parts.append("end to end per call " + ", ".join(f"{k} {v:.1f} us" for k, v in e2e.items()))
+    summary = f"speed of the autotuned forward on {res['device']}: " + ", ".join(parts)
     _report(submission, summary)
     if res["n_configs"] < len(WANTED_BLOCK_Q) * len(WANTED_WARPS):
         raise AssertionError(f"the default autotuned kernel holds {res['n_configs']} configs; "
@@ -557,5 +626,11 @@ def test_gpu_autotuned_vs_fixed_and_chip(submission):
     ratio = times["autotuned"] / times["fixed"]
     if ratio > TUNED_MAX_RATIO:
         raise AssertionError(
-            f"the autotuned launch is {ratio:.2f}x slower than your fixed BLOCK_Q=32 launch, "
-            f"whose config is in the search space ({summary})")
+            f"too slow: the autotuned launch takes {ratio:.2f}x the device time of your fixed "
+            f"BLOCK_Q=32 launch, whose config is in the search space ({summary})")
+    # End to end, every call also pays the autotuner's lookup: a generous bound against the
+    # chip's launcher (your fixed launch cannot serve here: the same mistake would slow both).
+    if "chip" in e2e and e2e["autotuned"] / e2e["chip"] > CHIP_MAX_RATIO:
+        raise AssertionError(
+            f"too slow: the autotuned launch takes {e2e['autotuned'] / e2e['chip']:.2f}x the "
+            f"chip's end-to-end time per call (passes up to {CHIP_MAX_RATIO:g}x; {summary})")

@@ -67,6 +67,9 @@ def test_timing_refuses_politely_without_cuda():
     assert calls == [], "nothing may run when there is no device to time it on"
     with pytest.raises(bench.BenchUnavailable):
         bench.side_by_side({"a": lambda: None})
+    with pytest.raises(bench.BenchUnavailable):
+        bench.end_to_end({"a": lambda: calls.append(1)})
+    assert calls == []
     assert not bench.cuda_ready()
 
 
@@ -95,3 +98,18 @@ def test_auto_falls_back_to_events_when_capture_fails():
     x = torch.randn(1024, device="cuda")
     res = bench.measure(lambda: x.sum().item(), reps=3)  # .item() synchronizes: not capturable
     assert res.method == "cuda-events" and res.us > 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_end_to_end_sees_host_waits_that_graphs_do_not():
+    import time
+
+    x = torch.randn(1 << 16, device="cuda")
+
+    def sleepy():
+        x.mul_(1.0)
+        if not torch.cuda.is_current_stream_capturing():
+            time.sleep(0.002)
+
+    e2e = bench.end_to_end({"plain": lambda: x.mul_(1.0), "sleepy": sleepy}, reps=5, rounds=3)
+    assert e2e["sleepy"] > 2000 > e2e["plain"] > 0

@@ -10,19 +10,22 @@ How a time is taken (:func:`measure`, :func:`side_by_side`):
   so are ``inner`` flushes alone; each repetition replays both, between CUDA events, and one sample
   is (t(flush + call) - t(flush)) / inner. Replaying a graph costs one launch for the lot, so host
   dispatch (tens of microseconds per Triton launch) is out of the number: it is device time;
-* fallback, ``cuda-events`` (when the call cannot be captured, e.g. it synchronizes): an event
-  pair around each call, after the flush; here dispatch can leak in when the call is shorter
-  than its own launch;
+* fallback, ``cuda-events`` (when a call cannot be captured, e.g. it synchronizes, or when a
+  call is too short to show beside the flush): an event pair around each call, after the flush;
+  here dispatch can leak in when the call is shorter than its own launch;
 * the reported time is the median of the samples, in microseconds; the host waits for the device
   only once, after the last repetition (never inside the timed region).
 
 :func:`side_by_side` times several variants in one run, alternating between them repetition by
-repetition, so that clock and temperature drift hit every variant alike.
+repetition, so that clock and temperature drift hit every variant alike. :func:`end_to_end` is
+the other number: what an eager caller waits per call, host dispatch included (back-to-back
+calls, one wait for the device at the end of each round).
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -35,6 +38,7 @@ __all__ = [
     "measure",
     "device_time_us",
     "side_by_side",
+    "end_to_end",
     "forward_bytes",
     "effective_bandwidth_gbs",
     "bandwidth_table",
@@ -121,7 +125,7 @@ def _capture(body: Callable[[], None], inner: int) -> torch.cuda.CUDAGraph:
 def _graphs(fns: Mapping[str, Callable[[], object]], flush, inner: int):
     """{name: graph of inner x (flush, fn)} and the flush-only graph; None when one fails."""
     try:
-        base = _capture(flush if flush is not None else (lambda: None), inner)
+        base = _capture(flush, inner) if flush is not None else None
 
         def with_flush(fn):
             def body():
@@ -176,10 +180,11 @@ def side_by_side(fns: Mapping[str, Callable[[], object]], *, reps: int = 30, war
             if graphs is None and method == "cuda-graph":
                 raise RuntimeError("a call could not be captured in a CUDA graph (does it "
                                    "synchronize or allocate on the host?); use method='auto'")
-        if graphs is not None:
-            samples = _replay(graphs, reps, inner)
+        samples = _replay(graphs, reps, inner) if graphs is not None else None
+        if samples is not None and (method == "cuda-graph" or
+                                    min(statistics.median(v) for v in samples.values()) > 0):
             used = "cuda-graph"
-        else:
+        else:  # no capture, or a call too short to see beside the flush: time it with events
             samples = _events(fns, flush, reps)
             used = "cuda-events"
     return {name: Timing(us=statistics.median(vals), method=used, reps=reps,
@@ -191,7 +196,8 @@ def _replay(graphs, reps: int, inner: int) -> dict[str, list[float]]:
     base, work = graphs
     names = list(work)
     # Warm the graphs themselves once (first replays upload them).
-    base.replay()
+    if base is not None:
+        base.replay()
     for name in names:
         work[name].replay()
     torch.cuda.synchronize()
@@ -200,7 +206,8 @@ def _replay(graphs, reps: int, inner: int) -> dict[str, list[float]]:
         for name in names:
             e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
             e0.record()
-            base.replay()
+            if base is not None:
+                base.replay()
             e1.record()
             work[name].replay()
             e2.record()
@@ -230,6 +237,35 @@ def _events(fns, flush, reps: int) -> dict[str, list[float]]:
     for name, start, end in marks:
         out[name].append(start.elapsed_time(end) * 1000.0)
     return out
+
+
+def end_to_end(fns: Mapping[str, Callable[[], object]], *, reps: int = 50, rounds: int = 5,
+               warmup: int = 3) -> dict[str, float]:
+    """Time per call including the host's work (dispatch, Python, any waiting), in microseconds.
+
+    Each round runs ``reps`` back-to-back calls of one variant and waits for the device once, at
+    the end; variants alternate round by round and the median round counts. This is what a caller
+    waits in eager mode: a launch that costs more than its kernel shows here and not in
+    :func:`side_by_side`, and so does work a call does only when it is not captured in a graph.
+
+    Raises:
+        BenchUnavailable: there is no CUDA device.
+    """
+    _check_args(reps, warmup, rounds, "auto")
+    _require_cuda()
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    torch.cuda.synchronize()
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(reps):
+                fn()
+            torch.cuda.synchronize()
+            samples[name].append((time.perf_counter() - start) * 1e6 / reps)
+    return {name: statistics.median(vals) for name, vals in samples.items()}
 
 
 def measure(fn: Callable[[], object], **kwargs) -> Timing:
