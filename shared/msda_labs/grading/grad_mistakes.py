@@ -76,9 +76,9 @@ GRAD_MISTAKES: dict[str, dict[str, str]] = {
 }
 
 LOST_UPDATES = (
-    "lost updates: several samples add into the same grad_value element and only one "
-    "of their writes survived; a scatter must accumulate (index_add_ / "
-    "index_put_(accumulate=True) in torch, tl.atomic_add in a kernel)"
+    "lost updates: of several writes racing into the same grad_value element, a "
+    "non-accumulating scatter keeps one and drops the rest; a scatter must accumulate "
+    "(index_add_ or index_put_(accumulate=True) in torch, tl.atomic_add in a kernel)"
 )
 
 _CORNERS = ((0, 0), (0, 1), (1, 0), (1, 1))  # (dy, dx), row first: 00, 01, 10, 11
