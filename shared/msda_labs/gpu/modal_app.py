@@ -42,6 +42,7 @@ __all__ = ["APP_NAME", "REMOTE_ROOT", "BuiltApp", "build", "image_for", "package
            "grade_in_container"]
 
 APP_NAME = "msda-labs-gpu"
+TORCH_INDEX_ENV = "MSDA_MODAL_TORCH_INDEX"
 REMOTE_ROOT = "/root/course"
 DEFAULT_TORCH = "2.13.0"
 # PyPI's torch wheels pin their triton exactly; these are the pairs that were checked.
@@ -88,7 +89,10 @@ def image_for(settings: GpuSettings, lab_dir: Path) -> modal.Image:
     requirements = manifest.parent / "requirements.txt" if manifest else None
     image = (
         modal.Image.debian_slim(python_version=settings.python)
-        .pip_install(*package_pins(requirements))
+        # MSDA_MODAL_TORCH_INDEX: another torch build (e.g. .../whl/cu128) if Modal's driver is
+        # too old for PyPI's CUDA 13.0 build; the default is PyPI's.
+        .pip_install(*package_pins(requirements),
+                     extra_index_url=os.environ.get(TORCH_INDEX_ENV) or None)
         .env({
             "PYTHONPATH": "/root",
             "PYTHONUNBUFFERED": "1",
@@ -154,8 +158,10 @@ def build(settings: GpuSettings, lab_dir: Path | str) -> BuiltApp:
     lab_dir = Path(lab_dir).resolve()
     image = image_for(settings, lab_dir)
     app = modal.App(APP_NAME)
+    # Not serialized: the container imports this module (added with the package) and finds
+    # grade_in_container by name, so the caller's Python version need not match the image's.
     function = app.function(
-        image=image, gpu=settings.gpu, timeout=int(settings.job_timeout_s), serialized=True,
+        image=image, gpu=settings.gpu, timeout=int(settings.job_timeout_s),
         include_source=False, name=f"grade_{settings.lab}",
     )(grade_in_container)
     return BuiltApp(app=app, image=image, grade=function, settings=settings, lab_dir=lab_dir,
@@ -174,6 +180,14 @@ def grade_in_container(lab_dir: str, submission_name: str, submission_text: str,
     from msda_labs.cli import UsageProblem
     from msda_labs.gpu import ARTIFACT_ENV, collect_artifacts, grade_here, scratch_dir
 
+    if not modal.is_local() and stage in ("gpu", "all"):
+        import torch
+
+        if not torch.cuda.is_available():  # in a GPU container: say so, never score 0/0
+            return {"error": f"the Modal container sees no CUDA device (torch {torch.__version__}"
+                             f" built for CUDA {torch.version.cuda}); if the driver is older than"
+                             f" that CUDA, set {TORCH_INDEX_ENV} to a torch index of an older "
+                             f"CUDA, e.g. https://download.pytorch.org/whl/cu128"}
     work = scratch_dir()
     submission = work / "submission" / Path(submission_name).name
     submission.parent.mkdir(parents=True)
