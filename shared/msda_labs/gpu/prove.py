@@ -34,6 +34,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -261,13 +262,15 @@ def _grade(lab, lab_dir: Path, submission: Path, run: Run, out: Path, stage: str
         cmd += ["--timeout", str(timeout)]
     before = _snapshot(lab_dir)
     start = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=artifacts, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        proc = subprocess.run(cmd, cwd=artifacts, env=env, capture_output=True, text=True,
-                              timeout=job_timeout)
-        run.exit_code, text = proc.returncode, proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        run.exit_code = None
-        text = f"{exc.stdout or ''}{exc.stderr or ''}\n[prove] stopped after {job_timeout:g} s"
+        text, _ = proc.communicate(timeout=job_timeout)
+        run.exit_code = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the grade command and its grading workers
+        text, _ = proc.communicate()
+        text = f"{text or ''}\n[prove] stopped after {job_timeout:g} s"
         run.error = f"the grade command ran past {job_timeout:g} s"
     run.seconds = round(time.monotonic() - start, 1)
     (out / f"{run.lab}-{run.variant}.log").write_text(" ".join(cmd) + "\n\n" + text)
@@ -316,6 +319,14 @@ def _summary(runs: list[Run], env: dict, stage: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _write_summaries(out: Path, runs: list[Run], env: dict, stage: str) -> str:
+    summary = _summary(runs, env, stage)
+    (out / "summary.md").write_text(summary)
+    (out / "summary.json").write_text(json.dumps(
+        {"env": env, "stage": stage, "runs": [asdict(r) for r in runs]}, indent=2) + "\n")
+    return summary
+
+
 def _bundle(out: Path, name: str = "prove-bundle.tar.gz") -> Path:
     target = out / name
     with tarfile.open(target, "w:gz") as tar:
@@ -352,6 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--manifest", type=Path, help="classroom.yml (default: the kit's)")
     parser.add_argument("--chips", type=Path, help="folder of labNN.py chips (default: the kit's)")
     parser.add_argument("--timeout", type=float, help="seconds one test's code may run")
+    parser.add_argument("--job-timeout", type=float,
+                        help="seconds one grading run may take (default: the stage's "
+                             "job_timeout_s)")
     parser.add_argument("--compact", action="store_true",
                         help="leave only the summaries, the bundle and a few plots in --out")
     args = parser.parse_args(argv)
@@ -386,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         chip = args.chips / f"{lab.id}.py"
         lab_dir = manifest.root / lab.folder
         stage = lab.stage("gpu")
-        job_timeout = float(stage.job_timeout_s if stage else 1800)
+        job_timeout = args.job_timeout or float(stage.job_timeout_s if stage else 1800)
         for variant in args.variants:
             run = Run(lab=lab.id, variant=variant)
             runs.append(run)
@@ -401,10 +415,8 @@ def main(argv: list[str] | None = None) -> int:
             score = "-" if run.score is None else f"{run.score}/{run.max_score}"
             print(f"[prove] {lab.id} {variant:<5} {score:>7} {run.seconds:>7.1f} s  "
                   f"{'ok' if run.ok else 'NOT AS EXPECTED'}: {run.verdict[:160]}", flush=True)
-    summary = _summary(runs, env, args.stage)
-    (out / "summary.md").write_text(summary)
-    (out / "summary.json").write_text(json.dumps(
-        {"env": env, "stage": args.stage, "runs": [asdict(r) for r in runs]}, indent=2) + "\n")
+            _write_summaries(out, runs, env, args.stage)  # a run cut short keeps what it did
+    summary = _write_summaries(out, runs, env, args.stage)
     _bundle(out)
     if args.compact:
         _compact(out, runs)
