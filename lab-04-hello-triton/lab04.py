@@ -56,7 +56,16 @@ def add_kernel(
 
 
 def add(x: torch.Tensor, y: torch.Tensor, BLOCK: int = 256) -> torch.Tensor:
-    """x + y through ``add_kernel``; x and y are contiguous tensors of the same shape."""
+    """Elementwise sum through ``add_kernel``.
+
+    Args:
+        x: (n,) or any shape, contiguous.
+        y: same shape and dtype as ``x``, contiguous.
+        BLOCK: elements per program.
+
+    Returns:
+        x + y, shaped like ``x``.
+    """
     out = torch.empty_like(x)
     n = x.numel()
     grid = (triton.cdiv(n, BLOCK),)
@@ -100,7 +109,16 @@ def copy2d_kernel(
 
 
 def copy2d(x: torch.Tensor, BLOCK_R: int = 16, BLOCK_C: int = 16) -> torch.Tensor:
-    """A copy of the 2-D tensor ``x`` made by ``copy2d_kernel``."""
+    """A copy of a matrix made tile by tile by ``copy2d_kernel``.
+
+    Args:
+        x: (R, C) tensor.
+        BLOCK_R: rows per tile.
+        BLOCK_C: columns per tile.
+
+    Returns:
+        (R, C) contiguous copy of ``x``.
+    """
     x = x.contiguous()
     R, C = x.shape
     out = torch.empty_like(x)
@@ -135,7 +153,16 @@ def gather_kernel(
 
 
 def gather(src: torch.Tensor, idx: torch.Tensor, BLOCK: int = 256) -> torch.Tensor:
-    """``src[idx]`` for 1-D ``src`` and 1-D integer ``idx``, through ``gather_kernel``."""
+    """``src[idx]`` through ``gather_kernel``.
+
+    Args:
+        src: (n_src,) values.
+        idx: (n,) int64 indices into ``src``.
+        BLOCK: outputs per program.
+
+    Returns:
+        (n,) tensor of ``src``'s dtype with out[i] = src[idx[i]].
+    """
     src, idx = src.contiguous(), idx.contiguous()
     n = idx.numel()
     out = torch.empty(n, dtype=src.dtype, device=src.device)
