@@ -1,0 +1,158 @@
+"""Lab 10 - Ship it: the kernels become an operator that anyone can call and train through.
+
+Goal: wrap the lab 05 forward and the lab 08 backward in a torch.autograd.Function, put a public
+function in front of it that refuses every malformed input with a message that says exactly what
+is wrong, and pass the operator test suite (the final exam) with it.
+
+In this lab you will:
+  * connect forward and backward through torch.autograd.Function, saving the inputs the backward
+    recomputes from and returning one gradient per forward input (Task 10.1);
+  * validate shapes, dtypes and devices, naming the argument, what was expected and what came
+    (Task 10.2);
+  * handle the cases a kernel should never see: empty batches, non-contiguous tensors, an
+    accumulator flag left to the operator (Task 10.3);
+  * run the final exam: forward and all three gradients, every dtype, every edge (Task 10.4).
+
+Conventions (the same in every lab):
+  value               (B, S, M, D)        levels flattened row-major and concatenated along S
+  spatial_shapes      (L, 2) int64        rows are (H_l, W_l), height first
+  level_start_index   (L,) int64          where each level begins along S (or None: derived)
+  sampling_locations  (B, Q, M, L, K, 2)  normalized (x, y); x runs along the width
+  attention_weights   (B, Q, M, L, K)
+  output              (B, Q, M * D)       heads concatenated: channel m * D + d
+
+The four layers of the operator:
+
+    msda(...)                 the public function: validate, handle the edge cases, resolve the
+                              accumulator flag, make the tensors contiguous          (Task 10.2/3)
+    MSDAFunction.apply(...)   autograd: forward kernel, save inputs, backward kernel   (Task 10.1)
+    msda_forward / msda_backward      the launchers of labs 05 and 08 (yours or the chips)
+    the two @triton.jit kernels
+"""
+
+from msda_labs import runtime
+
+# No GPU on this machine? Then Triton's interpreter runs the kernels (it must be chosen before
+# triton is imported). The grader sets it for you.
+runtime.auto()
+
+import torch  # noqa: E402
+from torch.autograd.function import once_differentiable  # noqa: E402, F401 - for Task 10.1
+
+from msda_labs.stage import load  # noqa: E402
+
+# The earlier labs' artifacts: my/lab05.py, my/lab08.py, my/lab09.py when you kept yours, else the
+# chips (the grader always uses the chips, so that your grade here depends only on this file).
+msda_forward, FORWARD_SOURCE = load(5, "msda_forward")
+msda_backward, BACKWARD_SOURCE = load(8, "msda_backward")
+use_fp32_grad_accum, SWITCH_SOURCE = load(9, "use_fp32_grad_accum")
+
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# Where there is no CUDA device to ask (Triton's interpreter), the switch assumes an A100.
+DEFAULT_CAPABILITY = (8, 0)
+
+
+class MSDAFunction(torch.autograd.Function):
+    """Autograd glue: the forward kernel on the way in, the backward kernel on the way back."""
+
+    @staticmethod
+    def forward(ctx, value, spatial_shapes, level_start_index, sampling_locations,
+                attention_weights, fp32_grad_accum):
+        """Run the forward kernel and keep what the backward needs.
+
+        Args:
+            value: (B, S, M, D) contiguous, fp32/fp16/bf16.
+            spatial_shapes: (L, 2) integer.
+            level_start_index: (L,) integer, or None.
+            sampling_locations: (B, Q, M, L, K, 2) contiguous, value's dtype.
+            attention_weights: (B, Q, M, L, K) contiguous, value's dtype.
+            fp32_grad_accum: bool, how the backward accumulates grad_value.
+
+        Returns:
+            (B, Q, M * D) in value's dtype.
+        """
+        # TODO(Task 10.1): save the five tensors with ctx.save_for_backward (None is allowed),
+        # keep the flag on ctx, and return msda_forward(...) (about 4 lines).
+        raise NotImplementedError("Task 10.1: MSDAFunction.forward")
+
+    @staticmethod
+    # TODO(Task 10.1): the backward kernel is not itself differentiable: mark the method so that
+    # a second derivative raises instead of silently coming out wrong (about 1 line).
+    def backward(ctx, grad_out):
+        """One gradient per input of forward, in forward's order (None where there is none).
+
+        Args:
+            grad_out: (B, Q, M * D), dLoss/d(output); possibly non-contiguous.
+
+        Returns:
+            (grad_value, None, None, grad_loc, grad_attn, None).
+        """
+        # TODO(Task 10.1): unpack ctx.saved_tensors, call msda_backward with the saved flag and a
+        # contiguous grad_out, return six values (about 5 lines).
+        raise NotImplementedError("Task 10.1: MSDAFunction.backward")
+
+
+def validate_inputs(value, spatial_shapes, level_start_index, sampling_locations,
+                    attention_weights) -> None:
+    """Raise ValueError for any input the kernels cannot take; return None otherwise.
+
+    Every message names the argument, what was expected and what came: shapes as tuples
+    (``(1, 8, 2, 2, 2)``), dtypes (``torch.float16``), devices (``cpu``). The rules, in order:
+
+    1. value is 4-D (B, S, M, D).
+    2. sampling_locations is (B, Q, M, L, K, 2) with value's B and M.
+    3. attention_weights is exactly (B, Q, M, L, K).
+    4. spatial_shapes is an integer tensor of shape (L, 2), and sum(H * W) == S.
+    5. level_start_index is None or has shape (L,).
+    6. sampling_locations and attention_weights have value's dtype, which is fp32, fp16 or bf16.
+    7. value is on a CUDA device (unless Triton's interpreter runs the kernels), and
+       sampling_locations and attention_weights are on value's device.
+    """
+    # TODO(Task 10.2): the seven rules above, each a ValueError whose message names the argument,
+    # the expected and the actual shape/dtype/device (about 45 lines).
+    raise NotImplementedError("Task 10.2: validate_inputs")
+
+
+def msda(value, spatial_shapes, level_start_index, sampling_locations, attention_weights, *,
+         fp32_grad_accum=None):
+    """Multi-scale deformable attention, differentiable, on Triton kernels.
+
+    The argument order is mmcv's ``MultiScaleDeformableAttnFunction`` (without ``im2col_step``).
+
+    Args:
+        value: (B, S, M, D) fp32, fp16 or bf16, on a CUDA device (or CPU under the interpreter).
+        spatial_shapes: (L, 2) integer, rows (H_l, W_l).
+        level_start_index: (L,) integer, or None to derive it from spatial_shapes.
+        sampling_locations: (B, Q, M, L, K, 2) normalized (x, y), value's dtype and device.
+        attention_weights: (B, Q, M, L, K), value's dtype and device.
+        fp32_grad_accum: accumulate grad_value in fp32 (True), in value's dtype (False), or let
+            ``use_fp32_grad_accum`` decide for this dtype and GPU (None).
+
+    Returns:
+        (B, Q, M * D) in value's dtype.
+
+    Raises:
+        ValueError: an input breaks one of the rules of :func:`validate_inputs`.
+    """
+    # TODO(Task 10.3): validate; B == 0 or Q == 0 -> zeros (B, Q, M * D) without launching
+    # anything; resolve fp32_grad_accum=None with use_fp32_grad_accum(dtype, capability), the
+    # capability of value's GPU or DEFAULT_CAPABILITY without one; then MSDAFunction.apply with
+    # contiguous value, locations and weights (about 12 lines).
+    raise NotImplementedError("Task 10.3: msda")
+
+
+if __name__ == "__main__":
+    from msda_labs.cases import MULTI_LEVEL, make_inputs
+
+    spec, spec_source = load(1, "msda_naive_student")  # the loops of lab 01: slow, plainly right
+    print(f"forward: {FORWARD_SOURCE}; backward: {BACKWARD_SOURCE}; switch: {SWITCH_SOURCE}")
+    dev = runtime.device()
+    value, shapes, starts, loc, attn = make_inputs(MULTI_LEVEL, torch.float32, dev)
+    value.requires_grad_(True)
+    out = msda(value, shapes, starts, loc, attn)
+    out.sum().backward()
+    expected = spec(value.detach().double().cpu(), shapes.cpu(), loc.double().cpu(),
+                    attn.double().cpu())
+    print(f"{runtime.detect()}: max |msda - lab 01 spec ({spec_source})| = "
+          f"{(out.detach().cpu().double() - expected).abs().max().item():.2e}; "
+          f"grad_value norm {value.grad.norm().item():.4f}")

@@ -1,0 +1,241 @@
+"""Lab 10 - Ship it: the kernels become an operator that anyone can call and train through.
+
+Goal: wrap the lab 05 forward and the lab 08 backward in a torch.autograd.Function, put a public
+function in front of it that refuses every malformed input with a message that says exactly what
+is wrong, and pass the operator test suite (the final exam) with it.
+
+In this lab you will:
+  * connect forward and backward through torch.autograd.Function, saving the inputs the backward
+    recomputes from and returning one gradient per forward input (Task 10.1);
+  * validate shapes, dtypes and devices, naming the argument, what was expected and what came
+    (Task 10.2);
+  * handle the cases a kernel should never see: empty batches, non-contiguous tensors, an
+    accumulator flag left to the operator (Task 10.3);
+  * run the final exam: forward and all three gradients, every dtype, every edge (Task 10.4).
+
+Conventions (the same in every lab):
+  value               (B, S, M, D)        levels flattened row-major and concatenated along S
+  spatial_shapes      (L, 2) int64        rows are (H_l, W_l), height first
+  level_start_index   (L,) int64          where each level begins along S (or None: derived)
+  sampling_locations  (B, Q, M, L, K, 2)  normalized (x, y); x runs along the width
+  attention_weights   (B, Q, M, L, K)
+  output              (B, Q, M * D)       heads concatenated: channel m * D + d
+
+The four layers of the operator:
+
+    msda(...)                 the public function: validate, handle the edge cases, resolve the
+                              accumulator flag, make the tensors contiguous          (Task 10.2/3)
+    MSDAFunction.apply(...)   autograd: forward kernel, save inputs, backward kernel   (Task 10.1)
+    msda_forward / msda_backward      the launchers of labs 05 and 08 (yours or the chips)
+    the two @triton.jit kernels
+"""
+
+from msda_labs import runtime
+
+# No GPU on this machine? Then Triton's interpreter runs the kernels (it must be chosen before
+# triton is imported). The grader sets it for you.
+runtime.auto()
+
+import torch  # noqa: E402
+from torch.autograd.function import once_differentiable  # noqa: E402, F401 - for Task 10.1
+
+from msda_labs.stage import load  # noqa: E402
+
+# The earlier labs' artifacts: my/lab05.py, my/lab08.py, my/lab09.py when you kept yours, else the
+# chips (the grader always uses the chips, so that your grade here depends only on this file).
+msda_forward, FORWARD_SOURCE = load(5, "msda_forward")
+msda_backward, BACKWARD_SOURCE = load(8, "msda_backward")
+use_fp32_grad_accum, SWITCH_SOURCE = load(9, "use_fp32_grad_accum")
+
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# Where there is no CUDA device to ask (Triton's interpreter), the switch assumes an A100.
+DEFAULT_CAPABILITY = (8, 0)
+
+
+class MSDAFunction(torch.autograd.Function):
+    """Autograd glue: the forward kernel on the way in, the backward kernel on the way back."""
+
+    @staticmethod
+    def forward(ctx, value, spatial_shapes, level_start_index, sampling_locations,
+                attention_weights, fp32_grad_accum):
+        """Run the forward kernel and keep what the backward needs.
+
+        Args:
+            value: (B, S, M, D) contiguous, fp32/fp16/bf16.
+            spatial_shapes: (L, 2) integer.
+            level_start_index: (L,) integer, or None.
+            sampling_locations: (B, Q, M, L, K, 2) contiguous, value's dtype.
+            attention_weights: (B, Q, M, L, K) contiguous, value's dtype.
+            fp32_grad_accum: bool, how the backward accumulates grad_value.
+
+        Returns:
+            (B, Q, M * D) in value's dtype.
+        """
+        # TODO(Task 10.1): save the five tensors with ctx.save_for_backward (None is allowed),
+        # keep the flag on ctx, and return msda_forward(...) (about 4 lines).
+        # BEGIN SOLUTION
+        ctx.save_for_backward(value, spatial_shapes, level_start_index, sampling_locations,
+                              attention_weights)
+        ctx.fp32_grad_accum = bool(fp32_grad_accum)
+        return msda_forward(value, spatial_shapes, level_start_index, sampling_locations,
+                            attention_weights)
+        # STARTER
+        # raise NotImplementedError("Task 10.1: MSDAFunction.forward")
+        # END SOLUTION
+
+    @staticmethod
+    # TODO(Task 10.1): the backward kernel is not itself differentiable: mark the method so that
+    # a second derivative raises instead of silently coming out wrong (about 1 line).
+    # BEGIN SOLUTION
+    @once_differentiable
+    # STARTER
+    # END SOLUTION
+    def backward(ctx, grad_out):
+        """One gradient per input of forward, in forward's order (None where there is none).
+
+        Args:
+            grad_out: (B, Q, M * D), dLoss/d(output); possibly non-contiguous.
+
+        Returns:
+            (grad_value, None, None, grad_loc, grad_attn, None).
+        """
+        # TODO(Task 10.1): unpack ctx.saved_tensors, call msda_backward with the saved flag and a
+        # contiguous grad_out, return six values (about 5 lines).
+        # BEGIN SOLUTION
+        value, spatial_shapes, level_start_index, sampling_locations, attention_weights = \
+            ctx.saved_tensors
+        grad_value, grad_loc, grad_attn = msda_backward(
+            value, spatial_shapes, level_start_index, sampling_locations, attention_weights,
+            grad_out.contiguous(), fp32_grad_accum=ctx.fp32_grad_accum)
+        return grad_value, None, None, grad_loc, grad_attn, None
+        # STARTER
+        # raise NotImplementedError("Task 10.1: MSDAFunction.backward")
+        # END SOLUTION
+
+
+def validate_inputs(value, spatial_shapes, level_start_index, sampling_locations,
+                    attention_weights) -> None:
+    """Raise ValueError for any input the kernels cannot take; return None otherwise.
+
+    Every message names the argument, what was expected and what came: shapes as tuples
+    (``(1, 8, 2, 2, 2)``), dtypes (``torch.float16``), devices (``cpu``). The rules, in order:
+
+    1. value is 4-D (B, S, M, D).
+    2. sampling_locations is (B, Q, M, L, K, 2) with value's B and M.
+    3. attention_weights is exactly (B, Q, M, L, K).
+    4. spatial_shapes is an integer tensor of shape (L, 2), and sum(H * W) == S.
+    5. level_start_index is None or has shape (L,).
+    6. sampling_locations and attention_weights have value's dtype, which is fp32, fp16 or bf16.
+    7. value is on a CUDA device (unless Triton's interpreter runs the kernels), and
+       sampling_locations and attention_weights are on value's device.
+    """
+    # TODO(Task 10.2): the seven rules above, each a ValueError whose message names the argument,
+    # the expected and the actual shape/dtype/device (about 45 lines).
+    # BEGIN SOLUTION
+    if value.dim() != 4:
+        raise ValueError(f"value must be 4-D (B, S, M, D); got shape {tuple(value.shape)}")
+    B, S, M, D = value.shape
+    loc_shape = tuple(sampling_locations.shape)
+    if len(loc_shape) != 6 or loc_shape[5] != 2 or loc_shape[0] != B or loc_shape[2] != M:
+        raise ValueError(f"sampling_locations must have shape (B, Q, M, L, K, 2) with B={B} and "
+                         f"M={M} from value; got shape {loc_shape}")
+    Q, L, K = loc_shape[1], loc_shape[3], loc_shape[4]
+    want = (B, Q, M, L, K)
+    if tuple(attention_weights.shape) != want:
+        raise ValueError(f"attention_weights must have shape (B, Q, M, L, K) = {want}; got shape "
+                         f"{tuple(attention_weights.shape)}")
+    if spatial_shapes.dtype.is_floating_point or spatial_shapes.dtype == torch.bool or \
+            spatial_shapes.dtype.is_complex:
+        raise ValueError(f"spatial_shapes must be an integer tensor; got dtype "
+                         f"{spatial_shapes.dtype}")
+    if tuple(spatial_shapes.shape) != (L, 2):
+        raise ValueError(f"spatial_shapes must have shape (L, 2) = {(L, 2)}; got shape "
+                         f"{tuple(spatial_shapes.shape)}")
+    pixels = int((spatial_shapes[:, 0].long() * spatial_shapes[:, 1].long()).sum())
+    if pixels != S:
+        raise ValueError(f"spatial_shapes describe S = {pixels} pixels (sum of H * W), but value "
+                         f"has S = {S} (value shape {tuple(value.shape)})")
+    if level_start_index is not None and tuple(level_start_index.shape) != (L,):
+        raise ValueError(f"level_start_index must be None or have shape (L,) = {(L,)}; got shape "
+                         f"{tuple(level_start_index.shape)}")
+    for name, tensor in (("sampling_locations", sampling_locations),
+                         ("attention_weights", attention_weights)):
+        if tensor.dtype != value.dtype:
+            raise ValueError(f"{name} must have value's dtype {value.dtype}; got {tensor.dtype} "
+                             f"(all dtypes must match)")
+    if value.dtype not in SUPPORTED_DTYPES:
+        raise ValueError(f"value has dtype {value.dtype}; supported: torch.float32, "
+                         f"torch.float16, torch.bfloat16")
+    if value.device.type != "cuda" and not runtime.interpreted():
+        raise ValueError(f"value must be a CUDA tensor; got device {value.device}. This operator "
+                         f"runs Triton kernels on a GPU; on a CPU use msda_labs.reference (or "
+                         f"TRITON_INTERPRET=1)")
+    for name, tensor in (("sampling_locations", sampling_locations),
+                         ("attention_weights", attention_weights)):
+        if tensor.device != value.device:
+            raise ValueError(f"{name} must be on value's device {value.device}; got device "
+                             f"{tensor.device}")
+    # STARTER
+    # raise NotImplementedError("Task 10.2: validate_inputs")
+    # END SOLUTION
+
+
+def msda(value, spatial_shapes, level_start_index, sampling_locations, attention_weights, *,
+         fp32_grad_accum=None):
+    """Multi-scale deformable attention, differentiable, on Triton kernels.
+
+    The argument order is mmcv's ``MultiScaleDeformableAttnFunction`` (without ``im2col_step``).
+
+    Args:
+        value: (B, S, M, D) fp32, fp16 or bf16, on a CUDA device (or CPU under the interpreter).
+        spatial_shapes: (L, 2) integer, rows (H_l, W_l).
+        level_start_index: (L,) integer, or None to derive it from spatial_shapes.
+        sampling_locations: (B, Q, M, L, K, 2) normalized (x, y), value's dtype and device.
+        attention_weights: (B, Q, M, L, K), value's dtype and device.
+        fp32_grad_accum: accumulate grad_value in fp32 (True), in value's dtype (False), or let
+            ``use_fp32_grad_accum`` decide for this dtype and GPU (None).
+
+    Returns:
+        (B, Q, M * D) in value's dtype.
+
+    Raises:
+        ValueError: an input breaks one of the rules of :func:`validate_inputs`.
+    """
+    # TODO(Task 10.3): validate; B == 0 or Q == 0 -> zeros (B, Q, M * D) without launching
+    # anything; resolve fp32_grad_accum=None with use_fp32_grad_accum(dtype, capability), the
+    # capability of value's GPU or DEFAULT_CAPABILITY without one; then MSDAFunction.apply with
+    # contiguous value, locations and weights (about 12 lines).
+    # BEGIN SOLUTION
+    validate_inputs(value, spatial_shapes, level_start_index, sampling_locations,
+                    attention_weights)
+    B, S, M, D = value.shape
+    Q = sampling_locations.shape[1]
+    if B == 0 or Q == 0:
+        return value.new_zeros(B, Q, M * D)
+    if fp32_grad_accum is None:
+        capability = torch.cuda.get_device_capability(value.device) if value.is_cuda \
+            else DEFAULT_CAPABILITY
+        fp32_grad_accum = use_fp32_grad_accum(value.dtype, capability)
+    return MSDAFunction.apply(value.contiguous(), spatial_shapes, level_start_index,
+                              sampling_locations.contiguous(), attention_weights.contiguous(),
+                              bool(fp32_grad_accum))
+    # STARTER
+    # raise NotImplementedError("Task 10.3: msda")
+    # END SOLUTION
+
+
+if __name__ == "__main__":
+    from msda_labs.cases import MULTI_LEVEL, make_inputs
+
+    spec, spec_source = load(1, "msda_naive_student")  # the loops of lab 01: slow, plainly right
+    print(f"forward: {FORWARD_SOURCE}; backward: {BACKWARD_SOURCE}; switch: {SWITCH_SOURCE}")
+    dev = runtime.device()
+    value, shapes, starts, loc, attn = make_inputs(MULTI_LEVEL, torch.float32, dev)
+    value.requires_grad_(True)
+    out = msda(value, shapes, starts, loc, attn)
+    out.sum().backward()
+    expected = spec(value.detach().double().cpu(), shapes.cpu(), loc.double().cpu(),
+                    attn.double().cpu())
+    print(f"{runtime.detect()}: max |msda - lab 01 spec ({spec_source})| = "
+          f"{(out.detach().cpu().double() - expected).abs().max().item():.2e}; "
+          f"grad_value norm {value.grad.norm().item():.4f}")
