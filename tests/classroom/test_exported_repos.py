@@ -169,14 +169,17 @@ def test_fresh_virtualenv_nox_session(exports, tmp_path):
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return json.loads((root / "grade.json").read_text())
 
-    _check_zero(nox(), f"{lab_id} starter from a fresh virtualenv")
-    venv_python = next((root / ".nox").glob("*/bin/python"))
-    probe = subprocess.run([str(venv_python), "-c", "import msda_labs, torch; "
-                            "print(msda_labs.__file__)"], capture_output=True, text=True,
-                           env=env, check=True)
-    assert probe.stdout.strip().startswith(str(root / "shared"))  # not the kit's package
-    shutil.copy2(chip_path(lab_id), root / f"{lab_id}.py")
-    _check_full(nox("-R"), f"{lab_id} chip from a fresh virtualenv")
+    try:
+        _check_zero(nox(), f"{lab_id} starter from a fresh virtualenv")
+        venv_python = next((root / ".nox").glob("*/bin/python"))
+        probe = subprocess.run([str(venv_python), "-c", "import msda_labs, torch; "
+                                "print(msda_labs.__file__)"], capture_output=True, text=True,
+                               env=env, check=True)
+        assert probe.stdout.strip().startswith(str(root / "shared"))  # not the kit's package
+        shutil.copy2(chip_path(lab_id), root / f"{lab_id}.py")
+        _check_full(nox("-R"), f"{lab_id} chip from a fresh virtualenv")
+    finally:
+        shutil.rmtree(root / ".nox", ignore_errors=True)  # about 2 GB of torch and triton
 
 
 # ----------------------------------------------------------------------- tampering, regrade

@@ -232,7 +232,8 @@ def gradescope_zip(manifest: Manifest, lab: Lab, zip_path: Path, work: Path) -> 
     ``work`` is a scratch folder (the lab is exported into it first).
     """
     export_dir = export_lab(manifest, lab, work, force=True)
-    values = dict(LAB=lab.id, TITLE=lab.title)
+    candidates = dict.fromkeys([f"python{manifest.python}", "python3.12", "python3.11"])
+    values = dict(LAB=lab.id, TITLE=lab.title, PY_CANDIDATES=" ".join(candidates))
     zip_path = Path(zip_path)
     zip_path.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_DEFLATED) as zf:
