@@ -161,7 +161,7 @@ def regrade_checkout(checkout: Path, *, pristine: Path | None = None, lab_id: st
         result = _grade_subprocess(work, lab_id, seed=seed, timeout=timeout,
                                    python=python or sys.executable)
         if gpu:
-            result.merge(_gpu_stage(lab_id, work, seed))
+            result.merge(_gpu_stage(lab_id, work, seed, timeout))
     result.submission = f"{checkout.name}/{lab_id}.py"
     restored = found["modified"]
     # What the checkout changed against its own manifest (the export it started from): student
@@ -186,23 +186,19 @@ def regrade_checkout(checkout: Path, *, pristine: Path | None = None, lab_id: st
     return result
 
 
-def _gpu_stage(lab_id: str, work: Path, seed: int | None) -> GradeResult:
+def _gpu_stage(lab_id: str, work: Path, seed: int | None, timeout: float | None) -> GradeResult:
+    """The GPU stage through msda_labs.gpu (local CUDA, else Modal), on the restored copy."""
     try:
         from msda_labs.gpu import run_gpu_stage
     except ImportError as exc:
         raise RegradeError(f"--gpu needs msda_labs.gpu.run_gpu_stage, which this kit lacks "
                            f"({exc})") from None
-    previous = os.environ.get("MSDA_GRADE_SEED")
-    if seed is not None:
-        os.environ["MSDA_GRADE_SEED"] = str(seed)
+    from msda_labs.cli import UsageProblem
+
     try:
-        return run_gpu_stage(lab_id, work, work / f"{lab_id}.py")
-    finally:
-        if seed is not None:
-            if previous is None:
-                os.environ.pop("MSDA_GRADE_SEED", None)
-            else:
-                os.environ["MSDA_GRADE_SEED"] = previous
+        return run_gpu_stage(lab_id, work, work / f"{lab_id}.py", timeout=timeout, seed=seed)
+    except UsageProblem as exc:
+        raise RegradeError(f"the GPU stage of {lab_id} could not run: {exc}") from None
 
 
 def regrade(path: Path, **options) -> GradeResult:
