@@ -67,7 +67,9 @@ def tasks_table(tasks, chip_text: str) -> str:
     hints = _size_hints(chip_text)
     lines = ["| Task | Exercise | Points | Tests | About |", "|---|---|---|---|---|"]
     for task_id, (name, points, count, gpu) in tasks.items():
-        size = f"{hints[task_id]} lines" if task_id in hints else ""
+        size = hints.get(task_id, "")
+        if size:
+            size += " line" if size == "1" else " lines"
         suffix = " (incl. GPU stage)" if gpu else ""
         lines.append(f"| {task_id} | `{name}` | {points}{suffix} | {count} | {size} |")
     total = sum(entry[1] for entry in tasks.values())
