@@ -115,8 +115,9 @@ class _CountCalls(TorchFunctionMode):
 
 
 def _torch_calls(module, which, small, big):
-    """Probe: how many torch calls the task function makes on a small and on a big problem."""
-    counts = []
+    """Probe: how many torch calls the task function makes on a small and on a big problem, and
+    its result on the big one (the rule only counts for a function that works)."""
+    counts, res = [], None
     for inputs, grad_out in (small, big):
         value, shapes, starts, loc, attn = inputs
         B, S, M, D = value.shape
@@ -127,13 +128,14 @@ def _torch_calls(module, which, small, big):
         rows = torch.zeros(B * S * M, D)
         with _CountCalls() as counter:
             if which == "grad_attn":
-                module.grad_attention_weights(corners, g)
+                res = module.grad_attention_weights(corners, g)
             elif which == "grad_loc":
-                module.grad_sampling_locations(corners, g, a)
+                res = module.grad_sampling_locations(corners, g, a)
             else:
-                module.scatter_grad_value(rows, corners, g, a)
+                res = module.scatter_grad_value(rows, corners, g, a)
+                res = rows if res is None else res
         counts.append(counter.calls)
-    return counts
+    return counts, res
 
 
 SMALL = Case("small", B=1, Q=2, M=1, D=2, shapes=((3, 4), (2, 2)), K=2)
@@ -141,9 +143,29 @@ BIG = Case("big", B=3, Q=24, M=4, D=5, shapes=((3, 4), (2, 2)), K=2, seed=2)
 
 
 def _check_vectorized(submission, which):
+    _check_rules(submission, which)
     small = (make_inputs(SMALL), upstream(SMALL))
     big = (make_inputs(BIG), upstream(BIG))
-    n_small, n_big = submission.run(_torch_calls, which, small, big)
+    (n_small, n_big), res = submission.run(_torch_calls, which, small, big)
+    inputs, grad_out = big
+    ref = reference_grads(
+        inputs.value,
+        inputs.spatial_shapes,
+        inputs.sampling_locations,
+        inputs.attention_weights,
+        grad_out,
+    )[WHICH[which]]
+    if which == "grad_value":
+        res = _as_grad_value(res, ref.shape)
+    expect_close(
+        res,
+        ref,
+        what=f"{FUNCTION[which]} ({which})",
+        case=BIG.describe(),
+        dtype=torch.float32,
+        backward=True,
+        expect_dtype=torch.float32,
+    )
     if int(n_big) > int(n_small):
         raise AssertionError(
             f"rule: {FUNCTION[which]} makes {n_small} torch calls for B=1 Q=2 M=1 D=2 but "
