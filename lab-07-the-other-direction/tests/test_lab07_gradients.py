@@ -6,11 +6,12 @@ inputs and a seeded upstream gradient, at the backward tolerance of fp32.
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
+
 from msda_labs.cases import STANDARD_CASES, Case, make_inputs, seeded_generator
 from msda_labs.grading import expect_close
 from msda_labs.grading.grad_mistakes import grad_variants, lost_update_grad_value
 from msda_labs.reference import reference_grads
-from torch.overrides import TorchFunctionMode
 
 LAB = "lab07"
 TITLE = "The other direction"

@@ -14,6 +14,7 @@ import os
 
 import pytest
 import torch
+
 from msda_labs import runtime
 from msda_labs.cases import (
     DECODER,
