@@ -10,9 +10,11 @@ result instead of reading whatever memory lies there.
 import math
 import os
 import tempfile
+from functools import lru_cache
 
 import pytest
 import torch
+
 from msda_labs import runtime
 from msda_labs.cases import (
     DECODER,
@@ -24,6 +26,7 @@ from msda_labs.cases import (
     make_inputs,
     seeded_generator,
 )
+from msda_labs.gpu.speed import REFERENCE_LIMIT, check_reference_speed
 from msda_labs.grading import expect_close, expect_tensor, msda_variants, pixel_reads
 from msda_labs.grading.plugin import SubmissionCrashed
 from msda_labs.reference import msda_reference, msda_variant
@@ -434,3 +437,53 @@ def test_forward_on_gpu(submission, case, dtype):
     expect_close(res, _reference(inputs), what="msda_forward on the GPU",
                  case=f"{case.describe()} in {dtype}", dtype=getattr(torch, dtype))
 
+
+
+# -- Task 5.5: speed, against the PyTorch reference -----------------------------------------------
+# The baseline is the grid_sample reference, which every copy of the kit carries; the lab 05 chip
+# is absent from an exported lab 05, so its time is reported where it exists and never graded.
+# The reference copies the whole value pyramid into grid_sample's layout, then gathers every
+# channel of every corner with its own strided read, then stacks, weights and sums in three more
+# passes: a kernel that follows the lab does one pass and is several times faster, so "no slower
+# than the reference" is generous to right work and still fails a kernel that sleeps or
+# serializes.
+SPEED_CASE, SPEED_DTYPE = DECODER, "float16"
+SPEED_LIMIT = REFERENCE_LIMIT  # your time / the reference's
+
+
+def _speed_probe(module, case, dtype_name):
+    """Probe (GPU): msda_forward, the reference and (where the kit has it) the lab 05 chip on the
+    same device inputs, timed side by side; the output of your first call comes back."""
+    from msda_labs.gpu.speed import chip_function, race_all
+
+    dtype = getattr(torch, dtype_name)
+    value, shapes, starts, loc, attn = make_inputs(case, dtype, device=runtime.device())
+    # The reference reads the level sizes as Python ints: from a CPU copy, so that no call waits
+    # for the device (a call that waits cannot be captured in a CUDA graph).
+    host_shapes = shapes.cpu()
+    chip = chip_function("lab05", "msda_forward")
+    return race_all({
+        "yours": lambda: module.msda_forward(value, shapes, starts, loc, attn),
+        "reference": lambda: msda_reference(value, host_shapes, loc, attn),
+        "chip": None if chip is None else (lambda: chip(value, shapes, starts, loc, attn)),
+    })
+
+
+@lru_cache(maxsize=2)
+def _case_reference(case: Case, dtype_name: str) -> torch.Tensor:
+    return _reference(make_inputs(case, getattr(torch, dtype_name)))
+
+
+@pytest.mark.task("5.5", points=2)
+@pytest.mark.stage("gpu")
+def test_forward_speed_against_the_reference(submission):
+    case, dtype_name = SPEED_CASE, SPEED_DTYPE
+    measured = _run(submission, _speed_probe, case, dtype_name)
+    desc = f"{case.describe()} in {dtype_name}"
+    out = measured.get("outputs", {}).get("yours") if isinstance(measured, dict) else None
+    # A fast wrong answer earns nothing: the output of the timed call is checked first.
+    expect_close(out, _case_reference(case, dtype_name),
+                 what="msda_forward (the call that is timed) on the GPU", case=desc,
+                 dtype=getattr(torch, dtype_name))
+    check_reference_speed(measured, what=f"msda_forward on {desc}", chip_label="the lab 05 chip",
+                          limit=SPEED_LIMIT, submission=submission)

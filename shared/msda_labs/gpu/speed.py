@@ -46,7 +46,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_LIMIT", "chip_function", "race", "check_speed", "speed_line", "add_note"]
+__all__ = ["DEFAULT_LIMIT", "chip_function", "race", "check_speed", "speed_line", "add_note",
+           "REFERENCE_LIMIT", "race_all", "check_reference_speed", "reference_speed_line"]
 
 DEFAULT_LIMIT = 3.0
 _METHODS = ("cuda-graph", "cuda-events", "wall-clock")
@@ -219,5 +220,149 @@ def check_speed(measured: Any, *, what: str, limit: float = DEFAULT_LIMIT, dtype
             raise AssertionError(f"{line}: this copy of the kit has no baseline for it")
         return line
     if measured["ratio"] > limit:
+        raise AssertionError(f"too slow: {line}")
+    return line
+
+
+# -- against the PyTorch reference: a baseline every copy of the kit carries ----------------------
+#
+# An exported lab carries the chips of earlier labs only, so a speed test graded against the chip
+# of its own lab could not run there. The grid_sample reference (msda_labs.reference) is always
+# there: the grade is decided against it, and the chip, where present, is only reported.
+
+REFERENCE_LIMIT = 1.0
+_REQUIRED = ("yours", "reference")
+
+
+def _detached(obj: Any):
+    """``obj`` with every tensor detached (tuples and lists kept): plain data for the judge."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.detach()
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_detached(item) for item in obj) if not hasattr(obj, "_fields") \
+            else tuple(_detached(item) for item in obj)
+    return None
+
+
+def race_all(fns: dict[str, Callable[[], Any] | None], *, keep: tuple[str, ...] = ("yours",),
+             reps: int = 30, warmup: int = 3, inner: int = 10) -> dict:
+    """Time every call of ``fns`` side by side in this process; plain data for the judge.
+
+    The names the judge reads (:func:`check_reference_speed`): ``"yours"`` (the student's call),
+    ``"reference"`` (the PyTorch reference), optionally ``"reference_forward"`` (the reference's
+    forward alone, subtracted from ``"reference"`` when that one runs forward and backward) and
+    ``"chip"`` (the course's own kernel; leave it out or pass None where the kit lacks it).
+
+    Each call runs once untimed first (compilation, autotuning, allocations); the outputs of the
+    names in ``keep`` come from that call and are returned for the judge to check: a fast wrong
+    answer earns nothing. Then :func:`msda_labs.gpu.bench.side_by_side` (device time, median,
+    L2 flushed, CUDA-graph replay where every call can be captured, else CUDA events); without
+    CUDA a wall-clock median that says so (the kit's plumbing tests only).
+
+    Returns:
+        ``{"times_us": {name: us}, "method", "reps", "device", "flushed_l2",
+        "outputs": {name: first output}}``.
+    """
+    import torch
+
+    fns = {name: fn for name, fn in fns.items() if fn is not None}
+    first = {name: fn() for name, fn in fns.items()}
+    if torch.cuda.is_available():
+        from msda_labs.gpu import bench
+
+        torch.cuda.synchronize()
+        timings = bench.side_by_side(fns, reps=reps, warmup=warmup, inner=inner)
+        times = {name: float(t.us) for name, t in timings.items()}
+        any_timing = next(iter(timings.values()))
+        method, flushed = any_timing.method, any_timing.flushed_l2
+        device = torch.cuda.get_device_name()
+    else:
+        samples = _wall_clock(fns, reps, warmup)
+        times = {name: float(statistics.median(vals)) for name, vals in samples.items()}
+        method, flushed, device = "wall-clock", False, "cpu"
+    return {"times_us": times, "method": method, "reps": int(reps), "device": device,
+            "flushed_l2": bool(flushed),
+            "outputs": {name: _detached(first[name]) for name in keep if name in first}}
+
+
+def _valid_race(measured: Any) -> str | None:
+    """Why ``measured`` is not a timing :func:`race_all` returns (None when it is one)."""
+    if not isinstance(measured, dict) or not isinstance(measured.get("times_us"), dict):
+        return f"the timing probe returned {type(measured).__name__}, not a timing"
+    if measured.get("method") not in _METHODS:
+        return f"unknown timing method {measured.get('method')!r}"
+    times = measured["times_us"]
+    for name in _REQUIRED:
+        if name not in times:
+            return f"the timing has no {name!r}"
+    for name, value in times.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or \
+                not math.isfinite(value) or value <= 0:
+            return f"the time of {name!r} is {value!r}, not a positive time"
+    return None
+
+
+def reference_speed_line(measured: dict, *, what: str, reference_label: str,
+                         chip_label: str = "the chip", limit: float = REFERENCE_LIMIT) -> str:
+    """One line: your time, the reference's, their ratio and the threshold; the chip's time and
+    ratio when it was timed (or why not); and how the times were taken."""
+    times = measured["times_us"]
+    yours = times["yours"]
+    ref = times["reference"] - times.get("reference_forward", 0.0)
+    if "reference_forward" in times:
+        ref_text = (f"{reference_label} {ref:.1f} us (its forward + backward "
+                    f"{times['reference']:.1f} us minus its forward alone "
+                    f"{times['reference_forward']:.1f} us)")
+    else:
+        ref_text = f"{reference_label} {ref:.1f} us"
+    ratio = f"{yours / ref:.2f}x its time" if ref > 0 else "no ratio (see below)"
+    line = (f"speed of {what}: yours {yours:.1f} us vs {ref_text} = {ratio} (passes up to "
+            f"{limit:g}x)")
+    if "chip" in times:
+        line += (f"; vs {chip_label} {times['chip']:.1f} us = {yours / times['chip']:.2f}x its "
+                 f"time (reported, not graded)")
+    else:
+        line += (f"; {chip_label} is not in this copy of the kit (an exported lab carries the "
+                 f"chips of earlier labs only): no chip ratio")
+    if measured["method"] == "wall-clock":
+        how = f"wall-clock median of {measured['reps']} runs without CUDA: plumbing only"
+    else:
+        how = (f"device time, median of {measured['reps']} {measured['method']} runs"
+               f"{', L2 flushed' if measured.get('flushed_l2') else ''}"
+               + (f", {measured['device']}" if measured.get("device") else ""))
+    return f"{line}; {how}"
+
+
+def check_reference_speed(measured: Any, *, what: str,
+                          reference_label: str = "the PyTorch reference (grid_sample)",
+                          chip_label: str = "the chip", limit: float = REFERENCE_LIMIT,
+                          submission: Any = None) -> str:
+    """Judge side: fail unless the student's time is at most ``limit`` times the reference's.
+
+    The reference's time is ``times_us["reference"]``, less ``times_us["reference_forward"]``
+    when the probe timed that too (a backward measured through autograd runs its forward as
+    well). The chip's ratio, when the chip was timed, is reported and never graded: an exported
+    lab has no chip of its own, and the grade must be the same there. Check the outputs before
+    calling this (a fast wrong answer earns nothing). The line goes to the report's notes, passed
+    or failed, and is the failure message.
+
+    Returns:
+        The speed line.
+    """
+    problem = _valid_race(measured)
+    if problem:
+        raise AssertionError(f"speed of {what}: not timed: {problem}")
+    line = reference_speed_line(measured, what=what, reference_label=reference_label,
+                                chip_label=chip_label, limit=limit)
+    add_note(submission, line)
+    times = measured["times_us"]
+    ref = times["reference"] - times.get("reference_forward", 0.0)
+    if ref <= 0:
+        raise AssertionError(f"speed of {what}: not timed: the reference's forward + backward "
+                             f"took no longer than its forward alone, so its backward has no "
+                             f"time to compare with ({line})")
+    if times["yours"] / ref > limit:
         raise AssertionError(f"too slow: {line}")
     return line

@@ -1,0 +1,226 @@
+"""Speed tests against the PyTorch reference, proved without a GPU.
+
+The GPU stages of labs 05, 08 and 10 grade speed against the grid_sample reference (every copy of
+the kit carries it) and only report the ratio against the lab's own chip (an exported lab does
+not carry it). Here: the judge's arithmetic and messages on made-up timings, each lab's speed test
+fed fake probe results, and each lab's probe run on the CPU (wall-clock plumbing) with a torch
+stand-in for the student's operator, plain and made slow the way the H200 harness does it.
+"""
+
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from msda_labs.cases import MULTI_LEVEL, make_inputs
+from msda_labs.gpu import speed
+from msda_labs.gpu.prove import make_variant
+from msda_labs.gpu.speed import REFERENCE_LIMIT, check_reference_speed, race_all
+from msda_labs.reference import msda_reference
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class _Session:
+    def __init__(self):
+        self.notes = []
+
+
+class _FakeSubmission:
+    """Stands in for the grader's ``submission`` fixture: ``run`` hands back a canned result."""
+
+    def __init__(self, result=None, module=None):
+        self._session = _Session()
+        self.result = result
+        self.module = module
+
+    def run(self, probe, *args, **kwargs):
+        if self.module is not None:  # run the probe here, on the given module
+            return probe(self.module, *args, **kwargs)
+        return self.result
+
+
+def _timing(yours=13.0, reference=70.0, chip=12.5, method="cuda-graph", **extra):
+    times = {"yours": yours, "reference": reference}
+    if chip is not None:
+        times["chip"] = chip
+    times.update(extra)
+    return {"times_us": times, "method": method, "reps": 30, "device": "NVIDIA H200",
+            "flushed_l2": method != "wall-clock", "outputs": {}}
+
+
+def _load_lab_tests(folder: str, name: str) -> types.ModuleType:
+    path = ROOT / folder / "tests" / name
+    spec = importlib.util.spec_from_file_location(f"_speed_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.parent))  # a lab's tests may import helpers beside them
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
+    return module
+
+
+# -- the judge's helper --------------------------------------------------------------------------
+
+
+def test_a_kernel_faster_than_the_reference_passes_and_both_ratios_are_reported():
+    sub = _FakeSubmission()
+    line = check_reference_speed(_timing(), what="msda_forward", chip_label="the lab 05 chip",
+                                 submission=sub)
+    assert sub._session.notes == [line]
+    for part in ("yours 13.0 us", "the PyTorch reference (grid_sample) 70.0 us", "0.19x its time",
+                 f"passes up to {REFERENCE_LIMIT:g}x", "the lab 05 chip 12.5 us",
+                 "1.04x its time (reported, not graded)", "median of 30 cuda-graph runs",
+                 "L2 flushed", "NVIDIA H200"):
+        assert part in line, line
+
+
+def test_slower_than_the_reference_fails_and_is_still_noted():
+    sub = _FakeSubmission()
+    with pytest.raises(AssertionError) as info:
+        check_reference_speed(_timing(yours=2013.0), what="msda_forward", submission=sub)
+    message = str(info.value)
+    assert message.startswith("too slow: speed of msda_forward: yours 2013.0 us"), message
+    assert "28.76x its time (passes up to 1x)" in message and "161.04x" in message
+    assert sub._session.notes and sub._session.notes[0] in message
+
+
+def test_the_chip_ratio_is_never_graded():
+    # Slower than the chip by far, faster than the reference: passes.
+    check_reference_speed(_timing(yours=60.0, chip=5.0), what="x")
+    # Without the chip (an exported lab): the same grade, and the report says why there is no
+    # chip ratio.
+    line = check_reference_speed(_timing(chip=None), what="x", chip_label="the lab 05 chip")
+    assert "the lab 05 chip is not in this copy of the kit" in line
+    with pytest.raises(AssertionError, match="too slow"):
+        check_reference_speed(_timing(yours=80.0, chip=None), what="x")
+
+
+def test_a_backward_reference_is_its_forward_and_backward_less_its_forward():
+    timing = _timing(yours=50.0, reference=260.0, chip=45.0, reference_forward=60.0)
+    line = check_reference_speed(timing, what="msda_backward")
+    assert "200.0 us (its forward + backward 260.0 us minus its forward alone 60.0 us)" in line
+    assert "0.25x its time" in line
+    with pytest.raises(AssertionError, match="too slow"):
+        check_reference_speed(_timing(yours=210.0, reference=260.0, reference_forward=60.0),
+                              what="msda_backward")
+    with pytest.raises(AssertionError, match="not timed: the reference's forward"):
+        check_reference_speed(_timing(reference=60.0, reference_forward=61.0), what="x")
+
+
+@pytest.mark.parametrize("bad", [None, {"yours_us": 1.0}, _timing(method="guess"),
+                                 {"times_us": {"yours": 1.0}, "method": "cuda-graph"},
+                                 _timing(yours=float("nan")), _timing(yours=0.0),
+                                 _timing(reference=-3.0), _timing(chip="fast"),
+                                 _timing(yours=True)])
+def test_malformed_timings_fail(bad):
+    with pytest.raises(AssertionError, match="not timed"):
+        check_reference_speed(bad, what="x")
+
+
+def test_race_all_without_cuda_is_wall_clock_and_says_so():
+    if torch.cuda.is_available():
+        pytest.skip("checks the fallback used where there is no CUDA device")
+    x = torch.arange(1000, dtype=torch.float32)
+    measured = race_all({"yours": lambda: (x * 2, x + 1), "reference": lambda: x * 2,
+                         "chip": None}, reps=3, warmup=1)
+    assert measured["method"] == "wall-clock" and set(measured["times_us"]) == {"yours",
+                                                                               "reference"}
+    yours = measured["outputs"]["yours"]
+    assert isinstance(yours, tuple) and torch.equal(yours[0], x * 2)
+    assert "plumbing only" in check_reference_speed(measured, what="x", limit=1e9)
+
+
+# -- lab 05 --------------------------------------------------------------------------------------
+
+FORWARD_STANDIN = '''
+from msda_labs.reference import msda_reference
+
+
+def msda_forward(value, spatial_shapes, level_start_index, sampling_locations,
+                 attention_weights, BLOCK_Q=32):
+    return msda_reference(value, spatial_shapes.cpu(), sampling_locations, attention_weights)
+'''
+
+
+def _module(source: str, name: str) -> types.ModuleType:
+    module = types.ModuleType(name)
+    exec(compile(source, f"<{name}>", "exec"), module.__dict__)
+    return module
+
+
+@pytest.fixture(scope="module")
+def lab05():
+    return _load_lab_tests("lab-05-forward-correct", "test_lab05_forward.py")
+
+
+def _small_case(module, monkeypatch):
+    """The speed test on a small case (its fp64 reference is cheap on the CPU)."""
+    monkeypatch.setattr(module, "SPEED_CASE", MULTI_LEVEL)
+    module._case_reference.cache_clear()
+
+
+def test_lab05_speed_test_is_a_gpu_test_worth_points(lab05):
+    test = lab05.test_forward_speed_against_the_reference
+    marks = {m.name: m for m in test.pytestmark}
+    assert marks["stage"].args == ("gpu",)
+    assert marks["task"].args == ("5.5",) and marks["task"].kwargs["points"] == 2
+    assert lab05.SPEED_CASE.id == "decoder" and lab05.SPEED_LIMIT == REFERENCE_LIMIT
+
+
+def test_lab05_right_and_fast_passes(lab05, monkeypatch):
+    _small_case(lab05, monkeypatch)
+    timing = _timing()
+    timing["outputs"]["yours"] = lab05._case_reference(MULTI_LEVEL, "float16").half()
+    sub = _FakeSubmission(timing)
+    lab05.test_forward_speed_against_the_reference(sub)
+    assert len(sub._session.notes) == 1 and "the lab 05 chip 12.5 us" in sub._session.notes[0]
+    del timing["times_us"]["chip"]  # the exported lab 05: no chip, the same grade
+    lab05.test_forward_speed_against_the_reference(_FakeSubmission(timing))
+
+
+def test_lab05_slow_fails_on_speed(lab05, monkeypatch):
+    _small_case(lab05, monkeypatch)
+    timing = _timing(yours=2013.0)
+    timing["outputs"]["yours"] = lab05._case_reference(MULTI_LEVEL, "float16").half()
+    with pytest.raises(AssertionError, match="^too slow: speed of msda_forward"):
+        lab05.test_forward_speed_against_the_reference(_FakeSubmission(timing))
+
+
+def test_lab05_fast_and_wrong_fails_on_the_output(lab05, monkeypatch):
+    _small_case(lab05, monkeypatch)
+    timing = _timing(yours=1.0)
+    out = lab05._case_reference(MULTI_LEVEL, "float16").half().contiguous()
+    out.view(-1)[3] += 1.0
+    timing["outputs"]["yours"] = out
+    with pytest.raises(AssertionError, match="the call that is timed"):
+        lab05.test_forward_speed_against_the_reference(_FakeSubmission(timing))
+    timing["outputs"] = {}
+    with pytest.raises(AssertionError):
+        lab05.test_forward_speed_against_the_reference(_FakeSubmission(timing))
+
+
+def test_lab05_probe_plumbing_on_the_cpu(lab05, monkeypatch):
+    """The probe on the CPU with a torch stand-in (and a torch stand-in for the chip): it times
+    the three calls and hands back the stand-in's output; made slow as the H200 harness makes
+    it, the stand-in fails on speed."""
+    if torch.cuda.is_available():
+        pytest.skip("wall-clock plumbing check for machines without CUDA")
+    standin = _module(FORWARD_STANDIN, "standin_lab05")
+    monkeypatch.setattr(speed, "chip_function", lambda lab, name: standin.msda_forward)
+    measured = lab05._speed_probe(standin, MULTI_LEVEL, "float32")
+    assert set(measured["times_us"]) == {"yours", "reference", "chip"}
+    inputs = make_inputs(MULTI_LEVEL, torch.float32)
+    expected = msda_reference(inputs.value, inputs.spatial_shapes, inputs.sampling_locations,
+                              inputs.attention_weights)
+    assert torch.equal(measured["outputs"]["yours"], expected)
+
+    slow = _module(make_variant(FORWARD_STANDIN, "slow"), "standin_lab05_slow")
+    _small_case(lab05, monkeypatch)
+    monkeypatch.setattr(lab05, "SPEED_DTYPE", "float32")
+    with pytest.raises(AssertionError, match="^too slow"):
+        lab05.test_forward_speed_against_the_reference(_FakeSubmission(module=slow))
