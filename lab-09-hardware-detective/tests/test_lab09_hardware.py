@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from msda_labs.grading import describe_value
 
 LAB = "lab09"

@@ -15,6 +15,7 @@ import os
 
 import pytest
 import torch
+
 from msda_labs import runtime
 from msda_labs.cases import (
     DECODER,
@@ -245,7 +246,12 @@ def _flag_probe(module, runs):
     seen = []
     for case, dtype_name, flag in runs:
         before = len(bwd_calls)
-        _msda_probe(module, case, dtype_name, flag=flag)
+        try:
+            _msda_probe(module, case, dtype_name, flag=flag)
+        except NotImplementedError:
+            raise
+        except Exception:  # noqa: BLE001 - e.g. bf16 atomics in the interpreter: the flag that
+            pass  # reached msda_backward is already recorded, and it is what this probe reports
         seen.append([c["flag"] for c in bwd_calls[before:]])
     return seen
 
@@ -435,11 +441,16 @@ def test_validate_accepts_good_inputs(submission):
         ("bfloat16 inputs", tuple(t.bfloat16() if t.is_floating_point() else t
                                   for t in (value, shapes, starts, loc, attn))),
     ]
-    outcomes = submission.run(_validate_probe, cases)
+    # One input that is plainly wrong: accepting everything is not the same as accepting these.
+    bad = ("a 3-D value", (value[..., 0], shapes, starts, loc, attn))
+    outcomes = submission.run(_validate_probe, cases + [bad])
     for (label, _), (kind, message) in zip(cases, outcomes):
         if kind != "none":
             raise AssertionError(f"validate_inputs rejected valid inputs ({label}) with {kind}: "
                                  f"{message[:200]}")
+    if outcomes[-1][0] != "ValueError":
+        raise AssertionError("validate_inputs accepted a 3-D value as well: a validator that "
+                             "accepts these inputs must also refuse the ones that break a rule")
 
 
 @pytest.mark.task("10.2", points=2)
@@ -709,7 +720,8 @@ def _far_probe(module, dtype_name):
               "grads": [value.grad[:, :, sel], loc.grad[:, :, sel], attn.grad[:, :, sel]],
               "outside": [outside(out4), outside(value.grad), outside(loc.grad),
                           outside(attn.grad)]}
-    torch.cuda.synchronize()
+    if value.is_cuda:
+        torch.cuda.synchronize()
     return result
 
 
