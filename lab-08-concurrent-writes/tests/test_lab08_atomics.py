@@ -11,6 +11,7 @@ seeded upstream gradient.
 import ast
 import math
 import os
+from functools import lru_cache
 
 import pytest
 import torch
@@ -27,6 +28,7 @@ from msda_labs.cases import (
     make_inputs,
     seeded_generator,
 )
+from msda_labs.gpu.speed import REFERENCE_LIMIT, check_reference_speed
 from msda_labs.grading import expect_close, expect_tensor
 from msda_labs.grading.grad_mistakes import grad_variants, lost_update_grad_value
 from msda_labs.grading.plugin import SubmissionCrashed, SubmissionError, SubmissionProblem
@@ -685,3 +687,101 @@ def test_backward_decoder_on_gpu(submission, dtype, fp32_grad_accum):
             backward=True,
             expect_dtype=torch_dtype,
         )
+
+
+# -- Task 8.4: speed, against autograd of the PyTorch reference -----------------------------------
+# The baseline is the backward of the grid_sample reference through autograd, which every copy of
+# the kit carries; the lab 08 chip is absent from an exported lab 08, so its time is reported
+# where it exists and never graded. Autograd cannot replay a backward without its forward inside
+# a CUDA graph, so the reference's backward time is its forward + backward less its forward
+# alone, both measured in the same run. fp32: atomics of the element type itself on every GPU
+# (half-precision atomics are lab 09's subject). grid_sample's backward adds every channel of
+# every corner with its own scattered atomic and copies the whole pyramid twice more on the way
+# back; a kernel that follows the lab adds rows of D channels at once, so "no slower than the
+# reference" is generous to right work and still fails a kernel that sleeps or serializes.
+SPEED_CASE, SPEED_DTYPE = DECODER, "float32"
+SPEED_LIMIT = REFERENCE_LIMIT  # your backward's time / the reference's backward's
+
+
+def _speed_probe(module, case, dtype_name):
+    """Probe (GPU): msda_backward, the reference's forward + backward and forward alone, and
+    (where the kit has it) the lab 08 chip, on the same device inputs, timed side by side; the
+    gradients of your first call come back."""
+    from msda_labs.gpu.speed import chip_function, race_all
+    from msda_labs.reference import msda_reference
+
+    dtype = getattr(torch, dtype_name)
+    dev = runtime.device()
+    value, shapes, starts, loc, attn = make_inputs(case, dtype, device=dev)
+    grad_out = upstream(case).to(device=dev, dtype=dtype)
+    # The reference reads the level sizes as Python ints: from a CPU copy, so that no call waits
+    # for the device (a call that waits cannot be captured in a CUDA graph).
+    host_shapes = shapes.cpu()
+    leaves = tuple(t.detach().requires_grad_() for t in (value, loc, attn))
+
+    def reference_forward_backward():
+        out = msda_reference(leaves[0], host_shapes, leaves[1], leaves[2])
+        return torch.autograd.grad(out, leaves, grad_out)
+
+    def reference_forward():
+        with torch.no_grad():
+            return msda_reference(leaves[0], host_shapes, leaves[1], leaves[2])
+
+    chip = chip_function("lab08", "msda_backward")
+    return race_all(
+        {
+            "yours": lambda: module.msda_backward(value, shapes, starts, loc, attn, grad_out),
+            "reference": reference_forward_backward,
+            "reference_forward": reference_forward,
+            "chip": None
+            if chip is None
+            else (lambda: chip(value, shapes, starts, loc, attn, grad_out)),
+        }
+    )
+
+
+@lru_cache(maxsize=1)
+def _speed_reference(case: Case, dtype_name: str):
+    """fp32 autograd gradients of the reference: (grad_value, grad_loc, grad_attn)."""
+    dtype = getattr(torch, dtype_name)
+    inputs = make_inputs(case, dtype)
+    return reference_grads(
+        inputs.value,
+        inputs.spatial_shapes,
+        inputs.sampling_locations,
+        inputs.attention_weights,
+        upstream(case).to(dtype),
+    )
+
+
+@pytest.mark.task("8.4", points=2)
+@pytest.mark.stage("gpu")
+def test_backward_speed_against_the_reference(submission):
+    case, dtype_name = SPEED_CASE, SPEED_DTYPE
+    measured = _run(submission, _speed_probe, case, dtype_name)
+    where = f"{case.describe()} in {dtype_name}"
+    res = measured.get("outputs", {}).get("yours") if isinstance(measured, dict) else None
+    # A fast wrong answer earns nothing: the gradients of the timed call are checked first.
+    if not isinstance(res, (tuple, list)) or len(res) != 3:
+        raise AssertionError(
+            f"msda_backward (the call that is timed) on {where}: expected a tuple of three tensors"
+        )
+    names = ("grad_value", "grad_loc", "grad_attn")
+    for name, got, ref in zip(names, res, _speed_reference(case, dtype_name)):
+        expect_close(
+            got,
+            ref,
+            what=f"msda_backward {name} (the call that is timed) on the GPU",
+            case=where,
+            dtype=getattr(torch, dtype_name),
+            backward=True,
+            expect_dtype=getattr(torch, dtype_name),
+        )
+    check_reference_speed(
+        measured,
+        what=f"msda_backward on {where}",
+        reference_label="the backward of the PyTorch reference (grid_sample, autograd)",
+        chip_label="the lab 08 chip",
+        limit=SPEED_LIMIT,
+        submission=submission,
+    )

@@ -224,3 +224,95 @@ def test_lab05_probe_plumbing_on_the_cpu(lab05, monkeypatch):
     monkeypatch.setattr(lab05, "SPEED_DTYPE", "float32")
     with pytest.raises(AssertionError, match="^too slow"):
         lab05.test_forward_speed_against_the_reference(_FakeSubmission(module=slow))
+
+
+# -- lab 08 --------------------------------------------------------------------------------------
+
+BACKWARD_STANDIN = '''
+import torch
+from msda_labs.reference import msda_reference
+
+
+def msda_backward(value, spatial_shapes, level_start_index, sampling_locations,
+                  attention_weights, grad_out, fp32_grad_accum=False, BLOCK_Q=16, num_warps=4):
+    leaves = [t.detach().requires_grad_() for t in (value, sampling_locations, attention_weights)]
+    out = msda_reference(leaves[0], spatial_shapes.cpu(), leaves[1], leaves[2])
+    return torch.autograd.grad(out, leaves, grad_out.reshape(out.shape))
+'''
+
+
+@pytest.fixture(scope="module")
+def lab08():
+    return _load_lab_tests("lab-08-concurrent-writes", "test_lab08_atomics.py")
+
+
+def _small_backward_case(module, monkeypatch):
+    monkeypatch.setattr(module, "SPEED_CASE", MULTI_LEVEL)
+    module._speed_reference.cache_clear()
+
+
+def _backward_timing(module, yours=50.0, chip=45.0, **kwargs):
+    timing = _timing(yours=yours, reference=260.0, chip=chip, reference_forward=60.0, **kwargs)
+    timing["outputs"]["yours"] = tuple(t.clone() for t in
+                                       module._speed_reference(MULTI_LEVEL, "float32"))
+    return timing
+
+
+def test_lab08_speed_test_is_a_gpu_test_worth_points(lab08):
+    test = lab08.test_backward_speed_against_the_reference
+    marks = {m.name: m for m in test.pytestmark}
+    assert marks["stage"].args == ("gpu",)
+    assert marks["task"].args == ("8.4",) and marks["task"].kwargs["points"] == 2
+    assert lab08.SPEED_CASE.id == "decoder" and lab08.SPEED_DTYPE == "float32"
+
+
+def test_lab08_right_and_fast_passes_with_or_without_the_chip(lab08, monkeypatch):
+    _small_backward_case(lab08, monkeypatch)
+    sub = _FakeSubmission(_backward_timing(lab08))
+    lab08.test_backward_speed_against_the_reference(sub)
+    (note,) = sub._session.notes
+    assert "the backward of the PyTorch reference (grid_sample, autograd) 200.0 us" in note
+    assert "0.25x its time" in note and "the lab 08 chip 45.0 us = 1.11x" in note
+    sub = _FakeSubmission(_backward_timing(lab08, chip=None))
+    lab08.test_backward_speed_against_the_reference(sub)
+    assert "the lab 08 chip is not in this copy of the kit" in sub._session.notes[0]
+
+
+def test_lab08_slow_fails_on_speed(lab08, monkeypatch):
+    _small_backward_case(lab08, monkeypatch)
+    with pytest.raises(AssertionError, match="^too slow: speed of msda_backward"):
+        lab08.test_backward_speed_against_the_reference(
+            _FakeSubmission(_backward_timing(lab08, yours=2050.0)))
+
+
+@pytest.mark.parametrize("which", [0, 1, 2], ids=["grad_value", "grad_loc", "grad_attn"])
+def test_lab08_fast_and_wrong_fails_on_the_gradients(lab08, monkeypatch, which):
+    _small_backward_case(lab08, monkeypatch)
+    timing = _backward_timing(lab08, yours=1.0)
+    grads = [t.contiguous() for t in timing["outputs"]["yours"]]
+    grads[which].view(-1)[0] += 1.0
+    timing["outputs"]["yours"] = tuple(grads)
+    name = ("grad_value", "grad_loc", "grad_attn")[which]
+    with pytest.raises(AssertionError, match=f"{name} \\(the call that is timed\\)"):
+        lab08.test_backward_speed_against_the_reference(_FakeSubmission(timing))
+    timing["outputs"]["yours"] = tuple(grads[:2])
+    with pytest.raises(AssertionError, match="expected a tuple of three tensors"):
+        lab08.test_backward_speed_against_the_reference(_FakeSubmission(timing))
+
+
+def test_lab08_probe_plumbing_on_the_cpu(lab08, monkeypatch):
+    if torch.cuda.is_available():
+        pytest.skip("wall-clock plumbing check for machines without CUDA")
+    standin = _module(BACKWARD_STANDIN, "standin_lab08")
+    monkeypatch.setattr(speed, "chip_function", lambda lab, name: standin.msda_backward)
+    measured = lab08._speed_probe(standin, MULTI_LEVEL, "float32")
+    assert set(measured["times_us"]) == {"yours", "reference", "reference_forward", "chip"}
+    grads = measured["outputs"]["yours"]
+    expected = lab08._speed_reference(MULTI_LEVEL, "float32")
+    for got, ref in zip(grads, expected):
+        torch.testing.assert_close(got, ref)
+
+    slow = _module(make_variant(BACKWARD_STANDIN, "slow"), "standin_lab08_slow")
+    _small_backward_case(lab08, monkeypatch)
+    with pytest.raises(AssertionError, match="^too slow"):
+        lab08.test_backward_speed_against_the_reference(_FakeSubmission(module=slow))
