@@ -88,12 +88,15 @@ def _classify(exc: BaseException, submission: str) -> dict:
     if isinstance(exc, SystemExit):
         return {"kind": "error", "type": "SystemExit",
                 "message": f"your code called exit() (code {exc.code!r}); it must return"}
-    text = str(exc).strip().splitlines()
-    last = text[-1] if text else ""
+    text = [line for line in str(exc).strip().splitlines() if line.strip()]
+    # The first line carries the news (e.g. "CUDA error: ..."); later ones are usually advice.
+    first = text[0].strip() if text else ""
+    if len(text) > 1:
+        first += " [...]"
     if "NotImplementedError" in str(exc):  # e.g. a compiler wrapping a stub's raise
-        return {"kind": "not_attempted", "message": last or "not implemented yet"}
+        return {"kind": "not_attempted", "message": first or "not implemented yet"}
     return {"kind": "error", "type": type(exc).__name__,
-            "message": f"{type(exc).__name__}: {last[:500]}{_where(exc, submission)}"}
+            "message": f"{type(exc).__name__}: {first[:500]}{_where(exc, submission)}"}
 
 
 def _import_submission(path: str):
