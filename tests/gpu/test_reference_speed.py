@@ -316,3 +316,89 @@ def test_lab08_probe_plumbing_on_the_cpu(lab08, monkeypatch):
     _small_backward_case(lab08, monkeypatch)
     with pytest.raises(AssertionError, match="^too slow"):
         lab08.test_backward_speed_against_the_reference(_FakeSubmission(module=slow))
+
+
+# -- lab 10 --------------------------------------------------------------------------------------
+
+OPERATOR_STANDIN = '''
+from msda_labs.reference import msda_reference
+
+
+def msda(value, spatial_shapes, level_start_index, sampling_locations, attention_weights, *,
+         fp32_grad_accum=None):
+    return msda_reference(value, spatial_shapes.cpu(), sampling_locations, attention_weights)
+'''
+
+
+@pytest.fixture(scope="module")
+def lab10():
+    return _load_lab_tests("lab-10-ship-it", "test_lab10_operator.py")
+
+
+def _step_timing(module, yours=180.0, chip=170.0, case=MULTI_LEVEL, **kwargs):
+    timing = _timing(yours=yours, reference=400.0, chip=chip, method="cuda-events", **kwargs)
+    out, grads = module._reference(case, "float32")
+    timing["outputs"]["yours"] = (out.contiguous(), *(g.contiguous() for g in grads))
+    return timing
+
+
+def test_lab10_speed_test_is_a_gpu_test_worth_points(lab10):
+    test = lab10.test_gpu_speed_against_the_reference
+    marks = {m.name: m for m in test.pytestmark}
+    assert marks["stage"].args == ("gpu",)
+    assert marks["task"].args == ("10.4",) and marks["task"].kwargs["points"] == 2
+    assert lab10.SPEED_CASE.id == "decoder" and lab10.SPEED_DTYPE == "float32"
+
+
+def test_lab10_right_and_fast_passes_with_or_without_the_chip(lab10, monkeypatch):
+    monkeypatch.setattr(lab10, "SPEED_CASE", MULTI_LEVEL)
+    sub = _FakeSubmission(_step_timing(lab10))
+    lab10.test_gpu_speed_against_the_reference(sub)
+    (note,) = sub._session.notes
+    assert "the same step of the PyTorch reference (grid_sample, autograd) 400.0 us" in note
+    assert "0.45x its time" in note and "the lab 10 chip 170.0 us = 1.06x" in note
+    assert "median of 30 cuda-events runs" in note
+    sub = _FakeSubmission(_step_timing(lab10, chip=None))
+    lab10.test_gpu_speed_against_the_reference(sub)
+    assert "the lab 10 chip is not in this copy of the kit" in sub._session.notes[0]
+
+
+def test_lab10_slow_fails_on_speed(lab10, monkeypatch):
+    monkeypatch.setattr(lab10, "SPEED_CASE", MULTI_LEVEL)
+    with pytest.raises(AssertionError, match="^too slow: speed of msda forward"):
+        lab10.test_gpu_speed_against_the_reference(
+            _FakeSubmission(_step_timing(lab10, yours=4400.0)))
+
+
+@pytest.mark.parametrize("which", [0, 1, 2, 3])
+def test_lab10_fast_and_wrong_fails_on_the_step(lab10, monkeypatch, which):
+    monkeypatch.setattr(lab10, "SPEED_CASE", MULTI_LEVEL)
+    timing = _step_timing(lab10, yours=1.0)
+    parts = list(timing["outputs"]["yours"])
+    parts[which] = parts[which].clone()
+    parts[which].view(-1)[0] += 1.0
+    timing["outputs"]["yours"] = tuple(parts)
+    with pytest.raises(AssertionError, match="the step that is timed"):
+        lab10.test_gpu_speed_against_the_reference(_FakeSubmission(timing))
+    timing["outputs"]["yours"] = tuple(parts[:3])
+    with pytest.raises(AssertionError, match="expected the output and three gradients"):
+        lab10.test_gpu_speed_against_the_reference(_FakeSubmission(timing))
+
+
+def test_lab10_probe_plumbing_on_the_cpu(lab10, monkeypatch):
+    if torch.cuda.is_available():
+        pytest.skip("wall-clock plumbing check for machines without CUDA")
+    standin = _module(OPERATOR_STANDIN, "standin_lab10")
+    monkeypatch.setattr(speed, "chip_function", lambda lab, name: standin.msda)
+    measured = lab10._speed_probe(standin, MULTI_LEVEL, "float32")
+    assert set(measured["times_us"]) == {"yours", "reference", "chip"}
+    out, *grads = measured["outputs"]["yours"]
+    ref_out, ref_grads = lab10._reference(MULTI_LEVEL, "float32")
+    torch.testing.assert_close(out, ref_out)
+    for got, ref in zip(grads, ref_grads):
+        torch.testing.assert_close(got, ref)
+
+    slow = _module(make_variant(OPERATOR_STANDIN, "slow"), "standin_lab10_slow")
+    monkeypatch.setattr(lab10, "SPEED_CASE", MULTI_LEVEL)
+    with pytest.raises(AssertionError, match="^too slow"):
+        lab10.test_gpu_speed_against_the_reference(_FakeSubmission(module=slow))
