@@ -32,7 +32,7 @@ from msda_labs.gpu.speed import REFERENCE_LIMIT, check_reference_speed
 from msda_labs.grading import expect_close, expect_tensor
 from msda_labs.grading.grad_mistakes import grad_variants, lost_update_grad_value
 from msda_labs.grading.plugin import SubmissionCrashed, SubmissionError, SubmissionProblem
-from msda_labs.reference import reference_grads
+from msda_labs.reference import msda_reference, reference_grads
 
 LAB = "lab08"
 TITLE = "Concurrent writes"
@@ -708,7 +708,6 @@ def _speed_probe(module, case, dtype_name):
     (where the kit has it) the lab 08 chip, on the same device inputs, timed side by side; the
     gradients of your first call come back."""
     from msda_labs.gpu.speed import chip_function, race_all
-    from msda_labs.reference import msda_reference
 
     dtype = getattr(torch, dtype_name)
     dev = runtime.device()
