@@ -73,6 +73,7 @@ def test_timeout_kills_the_whole_session(make_sub, tmp_path):
     assert not marker.exists(), "a grandchild outlived its test"
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
 def test_forged_payload_cannot_run_code_in_the_judge(make_sub, tmp_path):
     flag = tmp_path / "pwned"
     with make_sub(f"""
