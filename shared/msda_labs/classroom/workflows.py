@@ -23,6 +23,9 @@ ACTIONS = {
     "CHECKOUT": "actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683 # v4.2.2",
     "SETUP_PYTHON": "actions/setup-python@0b93645e9fea7318ecaed2b359559ac225c90a2b # v5.3.0",
     "UPLOAD_ARTIFACT": "actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02 # v4.6.2",
+    # Used by the kit's own .github/workflows/regrade.yml (the gradebook job), not by exports.
+    "DOWNLOAD_ARTIFACT":
+        "actions/download-artifact@fa0a91b85d4f404e444e00e005971372dc801d16 # v4.1.8",
 }
 _PINNED = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_./-]+@[0-9a-f]{40}$")
 _PLACEHOLDER = re.compile(r"@@[A-Z0-9_]+@@")
