@@ -110,3 +110,13 @@ def test_stdout_is_captured_not_trusted(make_sub):
     with make_sub("def f():\n    print('Total 99/99 passed')\n    return 0\n") as ex:
         out = ex.run(_value, "f")
     assert out.value == 0 and "99/99" in out.output
+
+
+def test_credentials_do_not_reach_student_code(make_sub, monkeypatch):
+    monkeypatch.setenv("MODAL_TOKEN_SECRET", "as-very-secret")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghs_secret")
+    monkeypatch.setenv("MSDA_HARMLESS", "visible")
+    with make_sub("import os\ndef f(): return dict(os.environ)\n") as ex:
+        env = ex.run(_value, "f").value
+    assert "MODAL_TOKEN_SECRET" not in env and "GITHUB_TOKEN" not in env
+    assert env.get("MSDA_HARMLESS") == "visible"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import re
 import socket
 import subprocess
 import sys
@@ -34,6 +35,9 @@ __all__ = [
     "Outcome",
     "probe_ref",
 ]
+
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_?KEY|PRIVATE_KEY|^MODAL_|"
+                          r"^AWS_|^ACTIONS_(ID_TOKEN|RUNTIME)", re.IGNORECASE)
 
 # Modes and the TRITON_INTERPRET value their zygote starts with.
 _MODE_ENV = {"cpu": None, "interpret": "1", "aot": "0", "gpu": "0"}
@@ -73,7 +77,9 @@ class _Zygote:
     def __init__(self, mode: str, preload: list[str], env: dict[str, str]):
         self.mode = mode
         parent_sock, child_sock = socket.socketpair()
-        full_env = dict(os.environ)
+        # Credentials stay with the judge: student code must not read a Modal or GitHub token
+        # that an instructor's regrade (or a CI job) holds in its environment.
+        full_env = {k: v for k, v in os.environ.items() if not _SECRET_NAME.search(k)}
         full_env.update(env)
         flag = _MODE_ENV[mode]
         if flag is None:
