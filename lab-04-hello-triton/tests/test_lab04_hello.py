@@ -7,14 +7,20 @@ would otherwise hide. Inputs sit between guard bands too, so a stray read return
 indices, a harmless -1) instead of whatever memory lies there.
 """
 
-import math
-
 import pytest
 import torch
 from msda_labs import runtime
 from msda_labs.cases import Case, make_inputs, seeded_generator
-from msda_labs.grading import expect_close, expect_tensor, msda_variants
-from msda_labs.grading.plugin import SubmissionCrashed
+from msda_labs.grading import expect_close, msda_variants
+from msda_labs.grading.guards import (
+    between_guards,
+    cdiv,
+    check_sentinel_buffer,
+    literal,
+    pow2,
+    run_probe,
+    sentinel_buffer,
+)
 from msda_labs.reference import msda_reference
 
 LAB = "lab04"
@@ -22,34 +28,13 @@ TITLE = "Hello, Triton"
 MODE = "interpret"
 TASKS = {"4.1": "copy2d_kernel", "4.2": "gather_kernel", "4.3": "bilinear_kernel"}
 
-# A NaN with a payload no arithmetic produces: "still the sentinel" means "never written".
-_SENTINEL = {torch.float32: (torch.int32, 0x7FC0DEAD), torch.float16: (torch.int16, 0x7E5A)}
-_IN_GUARD = 16
+_IN_GUARD = 16  # guard band around each input (guards.py says what guards and sentinels catch)
 
 
 # -- probe side (runs in the isolated child) -----------------------------------------------------
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
 def _between_guards(t: torch.Tensor, fill=float("nan")) -> torch.Tensor:
     """A copy of ``t`` inside a flat buffer with _IN_GUARD ``fill`` elements on each side."""
-    buf = torch.full((t.numel() + 2 * _IN_GUARD,), fill, dtype=t.dtype, device=t.device)
-    inner = buf[_IN_GUARD:_IN_GUARD + t.numel()].view(t.shape)
-    inner.copy_(t)
-    return inner
-
-
-def _sentinel_buffer(shape, dtype, device, guard: int):
-    """(flat buffer filled with the sentinel, the output view inside it)."""
-    n = math.prod(shape)
-    int_dtype, bits = _SENTINEL[dtype]
-    buf = torch.full((n + 2 * guard,), bits, dtype=int_dtype, device=device).view(dtype)
-    return buf, buf[guard:guard + n].view(shape)
+    return between_guards(t, _IN_GUARD, fill)
 
 
 def _copy_guard(block_r: int, block_c: int) -> int:
@@ -59,8 +44,8 @@ def _copy_guard(block_r: int, block_c: int) -> int:
 def _copy_probe(module, x, block_r, block_c):
     dev = runtime.device()
     R, C = x.shape
-    buf, out = _sentinel_buffer((R, C), x.dtype, dev, _copy_guard(block_r, block_c))
-    grid = (_cdiv(R, block_r), _cdiv(C, block_c))
+    buf, out = sentinel_buffer((R, C), x.dtype, dev, _copy_guard(block_r, block_c))
+    grid = (cdiv(R, block_r), cdiv(C, block_c))
     module.copy2d_kernel[grid](_between_guards(x.to(dev)), out, R, C, BLOCK_R=block_r,
                                BLOCK_C=block_c)
     return buf
@@ -73,26 +58,26 @@ def _gather_guard(block: int) -> int:
 def _gather_probe(module, src, idx, block):
     dev = runtime.device()
     n = idx.numel()
-    buf, out = _sentinel_buffer((n,), src.dtype, dev, _gather_guard(block))
+    buf, out = sentinel_buffer((n,), src.dtype, dev, _gather_guard(block))
     # Past the ends of idx lie -1s: read through, they land in src's NaN guard, not in the wild.
-    module.gather_kernel[(_cdiv(n, block),)](_between_guards(src.to(dev)),
-                                             _between_guards(idx.to(dev), fill=-1), out, n,
-                                             BLOCK=block)
+    module.gather_kernel[(cdiv(n, block),)](_between_guards(src.to(dev)),
+                                            _between_guards(idx.to(dev), fill=-1), out, n,
+                                            BLOCK=block)
     return buf
 
 
 def _bilinear_guard(block_q: int, D: int) -> int:
-    return max(64, 2 * block_q * _pow2(D))
+    return max(64, 2 * block_q * pow2(D))
 
 
 def _bilinear_probe(module, image, loc, block_q):
     dev = runtime.device()
     H, W, D = image.shape
     Q = loc.shape[0]
-    buf, out = _sentinel_buffer((Q, D), image.dtype, dev, _bilinear_guard(block_q, D))
+    buf, out = sentinel_buffer((Q, D), image.dtype, dev, _bilinear_guard(block_q, D))
     value = _between_guards(image.reshape(H * W, D).to(dev))
-    module.bilinear_kernel[(_cdiv(Q, block_q),)](value, _between_guards(loc.to(dev)), out, Q, H,
-                                                 W, D=D, BLOCK_Q=block_q, BLOCK_D=_pow2(D))
+    module.bilinear_kernel[(cdiv(Q, block_q),)](value, _between_guards(loc.to(dev)), out, Q, H,
+                                                W, D=D, BLOCK_Q=block_q, BLOCK_D=pow2(D))
     return buf
 
 
@@ -102,48 +87,19 @@ _CRASH_HINT = ("in the interpreter a crash is almost always a load or store at a
 
 
 def _run(submission, probe, *args):
-    try:
-        return submission.run(probe, *args)
-    except SubmissionCrashed as exc:
-        raise SubmissionCrashed(f"{exc}; {_CRASH_HINT}") from None
-
-
-def _gap(k: int) -> str:
-    return "right after its last element" if k == 0 else f"{k} elements after its last one"
-
-
-def _is_sentinel(t: torch.Tensor) -> torch.Tensor:
-    int_dtype, bits = _SENTINEL[t.dtype]
-    return t.view(int_dtype) == bits
-
-
-def _where(flat: int, shape) -> str:
-    idx = []
-    for size in reversed(shape):
-        idx.append(flat % size)
-        flat //= size
-    return "[" + ", ".join(str(i) for i in reversed(idx)) + "]"
+    return run_probe(submission, probe, *args, hint=_CRASH_HINT)
 
 
 def _unpack(buf, shape, dtype, guard: int, *, where: str, overrun_hint: str,
             unwritten_hint: str) -> torch.Tensor:
     """Check the guard bands and that every element was written; return the output."""
-    n = math.prod(shape)
-    buf = expect_tensor(buf, where, shape=(n + 2 * guard,), dtype=dtype)
-    head, body, tail = buf[:guard], buf[guard:guard + n], buf[guard + n:]
-    after = (~_is_sentinel(tail)).nonzero().flatten()
-    if after.numel():
-        raise AssertionError(f"{where}: the kernel wrote {after.numel()} elements past the end of "
-                             f"out (the nearest {_gap(int(after[0]))}); {overrun_hint}")
-    if (~_is_sentinel(head)).any():
-        raise AssertionError(f"{where}: the kernel wrote before the start of out; an offset "
-                             f"went negative")
-    unwritten = _is_sentinel(body).nonzero().flatten()
-    if unwritten.numel():
-        raise AssertionError(f"{where}: {unwritten.numel()} of {n} output elements were never "
-                             f"written (first at {_where(int(unwritten[0]), shape)}); "
-                             f"{unwritten_hint}")
-    return body.view(shape)
+    return check_sentinel_buffer(
+        buf, shape, dtype, guard, label=where,
+        past_end=("the kernel wrote {count} elements past the end of out (the nearest {gap}); "
+                  + literal(overrun_hint)),
+        before_start="the kernel wrote before the start of out; an offset went negative",
+        unwritten=("{count} of {n} output elements were never written (first at {at}); "
+                   + literal(unwritten_hint)))
 
 
 # -- Task 4.1: 2-D tile copy ----------------------------------------------------------------------

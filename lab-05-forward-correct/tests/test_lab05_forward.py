@@ -7,7 +7,6 @@ would otherwise hide. Inputs sit between guard bands of NaN, so a read outside t
 result instead of reading whatever memory lies there.
 """
 
-import math
 import os
 import tempfile
 from functools import lru_cache
@@ -28,7 +27,15 @@ from msda_labs.cases import (
 )
 from msda_labs.gpu.speed import REFERENCE_LIMIT, check_reference_speed
 from msda_labs.grading import expect_close, expect_tensor, msda_variants, pixel_reads
-from msda_labs.grading.plugin import SubmissionCrashed
+from msda_labs.grading.guards import (
+    between_guards,
+    cdiv,
+    check_sentinel_buffer,
+    literal,
+    pow2,
+    run_probe,
+    sentinel_buffer,
+)
 from msda_labs.reference import msda_reference, msda_variant
 
 LAB = "lab05"
@@ -42,48 +49,20 @@ TASKS = {
     "5.5": "on a real GPU",
 }
 
-# A NaN with a payload no arithmetic produces: "still the sentinel" means "never written".
-_SENTINEL = {torch.float32: (torch.int32, 0x7FC0DEAD), torch.float16: (torch.int16, 0x7E5A),
-             torch.bfloat16: (torch.int16, 0x7FDA)}
-
 
 # -- probe side (runs in the isolated child) -----------------------------------------------------
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
 def _guard_size(block_q: int, M: int, D: int) -> int:
     # Enough room for the widest overrun a missing mask can make: a whole block of rows past Q.
-    return max(64, 2 * block_q * M * _pow2(D))
-
-
-def _between_guards(t: torch.Tensor, guard: int):
-    """A copy of ``t`` inside a flat buffer with ``guard`` NaN elements on each side."""
-    buf = torch.full((t.numel() + 2 * guard,), float("nan"), dtype=t.dtype, device=t.device)
-    inner = buf[guard:guard + t.numel()].view(t.shape)
-    inner.copy_(t)
-    return inner
-
-
-def _sentinel_buffer(shape, dtype, device, guard: int):
-    """(flat buffer filled with the sentinel, the output view inside it)."""
-    n = math.prod(shape)
-    int_dtype, bits = _SENTINEL[dtype]
-    buf = torch.full((n + 2 * guard,), bits, dtype=int_dtype, device=device).view(dtype)
-    return buf, buf[guard:guard + n].view(shape)
+    return max(64, 2 * block_q * M * pow2(D))
 
 
 def _launch(module, value, shapes, starts, loc, attn, out, block_q):
     """The launch msda_forward makes, against the kernel's fixed signature."""
     B, S, M, D = value.shape
     Q, L, K = loc.shape[1], loc.shape[3], loc.shape[4]
-    grid = (_cdiv(Q, block_q), B * M)
+    grid = (cdiv(Q, block_q), B * M)
     module.msda_forward_kernel[grid](value, shapes, starts, loc, attn, out, Q, S, M=M, D=D, L=L,
-                                     K=K, BLOCK_Q=block_q, BLOCK_D=_pow2(D))
+                                     K=K, BLOCK_Q=block_q, BLOCK_D=pow2(D))
 
 
 def _kernel_probe(module, inputs, block_q):
@@ -93,9 +72,9 @@ def _kernel_probe(module, inputs, block_q):
     value, shapes, starts, loc, attn = (t.to(dev) for t in inputs)
     B, S, M, D = value.shape
     guard = _guard_size(block_q, M, D)
-    buf, out = _sentinel_buffer((B, loc.shape[1], M, D), value.dtype, dev, guard)
-    _launch(module, _between_guards(value, 16), shapes, starts, _between_guards(loc, 16),
-            _between_guards(attn, 16), out, block_q)
+    buf, out = sentinel_buffer((B, loc.shape[1], M, D), value.dtype, dev, guard)
+    _launch(module, between_guards(value, 16), shapes, starts, between_guards(loc, 16),
+            between_guards(attn, 16), out, block_q)
     return buf
 
 
@@ -115,30 +94,6 @@ def _gpu_probe(module, case, dtype_name):
 
 
 # -- judge side -----------------------------------------------------------------------------------
-def _where(flat: int, shape) -> str:
-    idx = []
-    for size in reversed(shape):
-        idx.append(flat % size)
-        flat //= size
-    return "[" + ", ".join(str(i) for i in reversed(idx)) + "]"
-
-
-def _gap(k: int) -> str:
-    return "right after its last element" if k == 0 else f"{k} elements after its last one"
-
-
-def _is_sentinel(t: torch.Tensor) -> torch.Tensor:
-    int_dtype, bits = _SENTINEL[t.dtype]
-    return t.view(int_dtype) == bits
-
-
-def _run(submission, probe, *args, hint: str = ""):
-    try:
-        return submission.run(probe, *args)
-    except SubmissionCrashed as exc:
-        raise SubmissionCrashed(f"{exc}; {hint}" if hint else str(exc)) from None
-
-
 _CRASH_HINT = ("in the interpreter a crash is almost always a load or store at a wild address: "
                "an unmasked lane, or an offset that overflowed")
 
@@ -148,29 +103,17 @@ def _check_buffer(buf, shape, dtype, block_q: int, *, what: str, case: str,
     """Guard bands intact and every element written; returns the (B, Q, M, D) = ``shape`` output
     as (B, Q, M * D)."""
     B, Q, M, D = shape
-    n = B * Q * M * D
-    guard = _guard_size(block_q, M, D)
-    where = f"{what} on {case}"
-    buf = expect_tensor(buf, where, shape=(n + 2 * guard,), dtype=dtype)
-    head, body, tail = buf[:guard], buf[guard:guard + n], buf[guard + n:]
-    after = (~_is_sentinel(tail)).nonzero().flatten()
-    if after.numel():
-        raise AssertionError(
-            f"{where}: the kernel wrote {after.numel()} elements past the end of out (the "
-            f"nearest {_gap(int(after[0]))}); {overrun_hint}")
-    before = (~_is_sentinel(head)).nonzero().flatten()
-    if before.numel():
-        raise AssertionError(
-            f"{where}: the kernel wrote {before.numel()} elements before the start of out; an "
-            f"offset went negative")
-    unwritten = _is_sentinel(body).nonzero().flatten()
-    if unwritten.numel():
-        raise AssertionError(
-            f"{where}: {unwritten.numel()} of {n} output elements were never written (first at "
-            f"out{_where(int(unwritten[0]), (B, Q, M, D))} of (B, Q, M, D)); every (b, q, m, d) "
-            f"must be stored by exactly one program: check the grid decode (b, m), offs_q and "
-            f"the store offsets (b * Q + q) * M + m")
-    return body.view(B, Q, M * D)
+    out = check_sentinel_buffer(
+        buf, (B, Q, M, D), dtype, _guard_size(block_q, M, D), label=f"{what} on {case}",
+        past_end=("the kernel wrote {count} elements past the end of out (the nearest {gap}); "
+                  + literal(overrun_hint)),
+        before_start="the kernel wrote {count} elements before the start of out; an offset went "
+                     "negative",
+        unwritten="{count} of {n} output elements were never written (first at out{at} of "
+                  "(B, Q, M, D)); every (b, q, m, d) must be stored by exactly one program: "
+                  "check the grid decode (b, m), offs_q and the store offsets "
+                  "(b * Q + q) * M + m")
+    return out.view(B, Q, M * D)
 
 
 _OVERRUN = ("this is an unmasked tail: the store mask must be mask_q[:, None] & mask_d[None, :], "
@@ -184,7 +127,7 @@ def _reference(inputs: MSDAInputs) -> torch.Tensor:
 
 def _check_kernel(submission, inputs, case: Case, dtype, block_q: int, *, what: str,
                   overrun_hint: str = _OVERRUN, variants=None, hint: str = ""):
-    buf = _run(submission, _kernel_probe, inputs, block_q, hint=_CRASH_HINT)
+    buf = run_probe(submission, _kernel_probe, inputs, block_q, hint=_CRASH_HINT)
     desc = f"{case.describe()} in {str(dtype).replace('torch.', '')}, BLOCK_Q={block_q}"
     B, _, M, D = inputs.value.shape
     shape = (B, inputs.sampling_locations.shape[1], M, D)
@@ -212,7 +155,7 @@ def test_msda_forward_derives_level_starts(submission):
     # As labs 06 and 10 call it: the wrapper, level_start_index=None, the default BLOCK_Q (> Q).
     case = MULTI_LEVEL
     inputs = make_inputs(case, torch.float32)
-    res = _run(submission, _wrapper_probe, inputs, hint=_CRASH_HINT)
+    res = run_probe(submission, _wrapper_probe, inputs, hint=_CRASH_HINT)
     B, _, M, D = inputs.value.shape
     expect_tensor(res, "msda_forward(..., level_start_index=None, ...)",
                   shape=(B, case.Q, M * D), dtype=torch.float32)
@@ -374,8 +317,8 @@ def _huge_probe(module):
     case = HUGE
     shapes = torch.tensor(case.shapes, dtype=torch.int64, device=dev)
     starts = torch.zeros(1, dtype=torch.int64, device=dev)
-    buf, out = _sentinel_buffer((case.B, case.Q, case.M, case.D), torch.float32, dev,
-                                _guard_size(4, case.M, case.D))
+    buf, out = sentinel_buffer((case.B, case.Q, case.M, case.D), torch.float32, dev,
+                               _guard_size(4, case.M, case.D))
     _launch(module, value, shapes, starts, loc.to(dev), attn.to(dev), out, 4)
     if dev != "cpu":
         torch.cuda.synchronize()
@@ -399,7 +342,7 @@ def _huge_reference() -> torch.Tensor:
 def _check_huge(submission):
     case = HUGE
     hint = f"{_CRASH_HINT}. {_INT64_HINT}"
-    buf = _run(submission, _huge_probe, hint=hint)
+    buf = run_probe(submission, _huge_probe, hint=hint)
     desc = (f"case '{case.id}' (B=2 Q=6 M=1 D=8 K=2, one 16384x16384 level: 2**32 value "
             f"elements)")
     try:
@@ -433,7 +376,7 @@ ENCODER = Case("encoder", B=2, Q=5100, M=8, D=32, shapes=((48, 80), (24, 40), (1
 @pytest.mark.parametrize("case", [DECODER, ENCODER], ids=lambda c: c.id)
 def test_forward_on_gpu(submission, case, dtype):
     inputs = make_inputs(case, getattr(torch, dtype))
-    res = _run(submission, _gpu_probe, case, dtype)
+    res = run_probe(submission, _gpu_probe, case, dtype)
     expect_close(res, _reference(inputs), what="msda_forward on the GPU",
                  case=f"{case.describe()} in {dtype}", dtype=getattr(torch, dtype))
 
@@ -478,7 +421,7 @@ def _case_reference(case: Case, dtype_name: str) -> torch.Tensor:
 @pytest.mark.stage("gpu")
 def test_forward_speed_against_the_reference(submission):
     case, dtype_name = SPEED_CASE, SPEED_DTYPE
-    measured = _run(submission, _speed_probe, case, dtype_name)
+    measured = run_probe(submission, _speed_probe, case, dtype_name)
     desc = f"{case.describe()} in {dtype_name}"
     out = measured.get("outputs", {}).get("yours") if isinstance(measured, dict) else None
     # A fast wrong answer earns nothing: the output of the timed call is checked first.

@@ -8,7 +8,6 @@ time from CUDA-graph replay, L2 flushed, side by side in one run.
 """
 
 import json
-import math
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -18,6 +17,7 @@ import torch
 from msda_labs.cases import DECODER, STANDARD_CASES, Case, make_inputs
 from msda_labs.gpu.bench import bandwidth_table, effective_bandwidth_gbs, forward_bytes
 from msda_labs.grading import expect_close, msda_variants
+from msda_labs.grading.guards import cdiv, guarded
 from msda_labs.reference import msda_reference
 
 LAB = "lab06"
@@ -47,12 +47,7 @@ CHIP_MAX_RATIO = 3.0  # your time / the chip's, device time and end-to-end alike
 
 def _guarded(shape, fill, dtype, device, src=None):
     """A view of ``shape`` in the middle of a ``fill``-ed buffer with GUARD elements each side."""
-    n = math.prod(shape)
-    buf = torch.full((n + 2 * GUARD,), fill, dtype=dtype, device=device)
-    view = buf[GUARD:GUARD + n].view(shape)
-    if src is not None:
-        view.copy_(src)
-    return buf, view
+    return guarded(shape, fill, dtype, device, GUARD, src)
 
 
 def _launch_chunked(module, inputs, block_q, chunk_d, grid=None):
@@ -72,7 +67,7 @@ def _launch_chunked(module, inputs, block_q, chunk_d, grid=None):
     _, attn = _guarded(attn.shape, 0.0, attn.dtype, dev, attn)
     out_buf, out = _guarded((B, Q, M, D), float("nan"), value.dtype, dev)
     if grid is None:
-        grid = (-(-Q // block_q), B * M, -(-D // chunk_d))
+        grid = (cdiv(Q, block_q), B * M, cdiv(D, chunk_d))
     module.msda_forward_chunked_kernel[grid](
         value, shapes, starts, loc, attn, out, Q, S,
         M=M, D=D, L=L, K=K, BLOCK_Q=block_q, CHUNK_D=chunk_d)

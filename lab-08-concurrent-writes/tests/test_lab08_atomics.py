@@ -31,7 +31,16 @@ from msda_labs.cases import (
 from msda_labs.gpu.speed import REFERENCE_LIMIT, check_reference_speed
 from msda_labs.grading import expect_close, expect_tensor
 from msda_labs.grading.grad_mistakes import grad_variants, lost_update_grad_value
-from msda_labs.grading.plugin import SubmissionCrashed, SubmissionError, SubmissionProblem
+from msda_labs.grading.guards import (
+    between_guards,
+    cdiv,
+    check_sentinel_buffer,
+    guarded,
+    pow2,
+    run_probe,
+    sentinel_buffer,
+)
+from msda_labs.grading.plugin import SubmissionError, SubmissionProblem
 from msda_labs.reference import msda_reference, reference_grads
 
 LAB = "lab08"
@@ -51,39 +60,14 @@ if os.environ.get("TRITON_INTERPRET") == "1":
 
     lab08_race.warm_up()
 
-# A NaN with a payload no arithmetic produces: "still the sentinel" means "never written".
-_SENTINEL = {
-    torch.float32: (torch.int32, 0x7FC0DEAD),
-    torch.float16: (torch.int16, 0x7E5A),
-    torch.bfloat16: (torch.int16, 0x7FDA),
-}
 _CRASH_HINT = (
     "in the interpreter a crash is almost always a load, store or atomic at a wild address: "
     "an unmasked lane"
 )
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
 def _run(submission, probe, *args):
-    try:
-        return submission.run(probe, *args)
-    except SubmissionCrashed as exc:
-        raise SubmissionCrashed(f"{exc}; {_CRASH_HINT}") from None
-
-
-def _where(flat: int, shape) -> str:
-    idx = []
-    for size in reversed(shape):
-        idx.append(flat % size)
-        flat //= size
-    return "[" + ", ".join(str(i) for i in reversed(idx)) + "]"
+    return run_probe(submission, probe, *args, hint=_CRASH_HINT)
 
 
 # ==============================================================================================
@@ -225,12 +209,9 @@ def _hist_probe(module, idx, n_bins, block):
     dev = runtime.device()
     n = idx.numel()
     guard = _hist_guard(block)
-    idx_buf = torch.full((n + 2 * guard,), n_bins, dtype=idx.dtype, device=dev)
-    idx_in = idx_buf[guard : guard + n]
-    idx_in.copy_(idx.to(dev))
-    out_buf = torch.zeros(n_bins + 2 * guard, dtype=torch.float32, device=dev)
-    out = out_buf[guard : guard + n_bins]
-    module.histogram_atomic_kernel[(_cdiv(n, block),)](idx_in, out, n, BLOCK=block)
+    idx_in = between_guards(idx.to(dev), guard, fill=n_bins)
+    out_buf, out = guarded((n_bins,), 0.0, torch.float32, dev, guard)
+    module.histogram_atomic_kernel[(cdiv(n, block),)](idx_in, out, n, BLOCK=block)
     return out_buf
 
 
@@ -241,7 +222,7 @@ def _check_histogram(submission, idx, n_bins, block, where):
     what = "histogram_atomic_kernel"
     buf = expect_tensor(buf, f"{what} on {where}", shape=(n_bins + 2 * guard,))
     exact = torch.bincount(idx, minlength=n_bins).float()
-    pad = _cdiv(n, block) * block - n
+    pad = cdiv(n, block) * block - n
     tail = exact.clone()
     tail[0] += pad
     variants = {
@@ -323,28 +304,12 @@ def upstream(case: Case) -> torch.Tensor:
 
 def _value_guard(S: int, M: int, D: int) -> int:
     # An unmasked corner of a sample far outside its level lands up to about a level away.
-    return 2 * S * M * _pow2(D) + 64
+    return 2 * S * M * pow2(D) + 64
 
 
 def _point_guard(block_q: int, M: int, L: int, K: int) -> int:
     # Rows q >= Q of the last query block reach up to BLOCK_Q queries past the end.
     return 2 * block_q * M * L * K * 2 + 64
-
-
-def _between_guards(t: torch.Tensor, guard: int) -> torch.Tensor:
-    """A copy of ``t`` inside a flat buffer with ``guard`` NaN elements on each side."""
-    buf = torch.full((t.numel() + 2 * guard,), float("nan"), dtype=t.dtype, device=t.device)
-    inner = buf[guard : guard + t.numel()].view(t.shape)
-    inner.copy_(t)
-    return inner
-
-
-def _sentinel_buffer(shape, dtype, device, guard: int):
-    """(flat buffer filled with the sentinel, the view of ``shape`` inside it)."""
-    n = math.prod(shape)
-    int_dtype, bits = _SENTINEL[dtype]
-    buf = torch.full((n + 2 * guard,), bits, dtype=int_dtype, device=device).view(dtype)
-    return buf, buf[guard : guard + n].view(shape)
 
 
 def _kernel_probe(module, inputs, grad_out, block_q):
@@ -356,18 +321,17 @@ def _kernel_probe(module, inputs, grad_out, block_q):
     B, S, M, D = value.shape
     Q, L, K = loc.shape[1], loc.shape[3], loc.shape[4]
     vguard, pguard = _value_guard(S, M, D), _point_guard(block_q, M, L, K)
-    gv_buf = torch.zeros(value.numel() + 2 * vguard, dtype=torch.float32, device=dev)
-    grad_value = gv_buf[vguard : vguard + value.numel()].view(value.shape)
-    gl_buf, grad_loc = _sentinel_buffer(loc.shape, loc.dtype, dev, pguard)
-    ga_buf, grad_attn = _sentinel_buffer(attn.shape, attn.dtype, dev, pguard)
+    gv_buf, grad_value = guarded(value.shape, 0.0, torch.float32, dev, vguard)
+    gl_buf, grad_loc = sentinel_buffer(loc.shape, loc.dtype, dev, pguard)
+    ga_buf, grad_attn = sentinel_buffer(attn.shape, attn.dtype, dev, pguard)
     g = grad_out.to(dev).reshape(B, Q, M, D)
-    module.msda_backward_kernel[(_cdiv(Q, block_q), B * M)](
-        _between_guards(value, vguard),
+    module.msda_backward_kernel[(cdiv(Q, block_q), B * M)](
+        between_guards(value, vguard),
         shapes,
         starts,
-        _between_guards(loc, pguard),
-        _between_guards(attn, pguard),
-        _between_guards(g, pguard),
+        between_guards(loc, pguard),
+        between_guards(attn, pguard),
+        between_guards(g, pguard),
         grad_value,
         grad_loc,
         grad_attn,
@@ -378,14 +342,9 @@ def _kernel_probe(module, inputs, grad_out, block_q):
         L=L,
         K=K,
         BLOCK_Q=block_q,
-        BLOCK_D=_pow2(D),
+        BLOCK_D=pow2(D),
     )
     return gv_buf, gl_buf, ga_buf
-
-
-def _is_sentinel(t: torch.Tensor) -> torch.Tensor:
-    int_dtype, bits = _SENTINEL[t.dtype]
-    return t.view(int_dtype) == bits
 
 
 _RESULTS: dict = {}
@@ -407,26 +366,20 @@ def _kernel_buffers(submission, key, inputs, grad_out, block_q):
 
 def _check_point_buffer(buf, shape, dtype, guard, *, what, where):
     """Guards intact and every element written; returns the output of ``shape``."""
-    n = math.prod(shape)
-    buf = expect_tensor(buf, f"{what} on {where}", shape=(n + 2 * guard,), dtype=dtype)
-    head, body, tail = buf[:guard], buf[guard : guard + n], buf[guard + n :]
-    after = (~_is_sentinel(tail)).nonzero().flatten()
-    if after.numel():
-        raise AssertionError(
-            f"{what} on {where}: the kernel wrote {after.numel()} elements past its end "
-            f"(from {int(after[0]) + 1} element(s) after its last one): an unmasked tail, the "
-            f"rows q >= Q of the last query block; store under mask_q"
-        )
-    if bool((~_is_sentinel(head)).any()):
-        raise AssertionError(f"{what} on {where}: the kernel wrote before its start")
-    unwritten = _is_sentinel(body).nonzero().flatten()
-    if unwritten.numel():
-        raise AssertionError(
-            f"{what} on {where}: {unwritten.numel()} of {n} elements were never written (first "
-            f"at {_where(int(unwritten[0]), shape)}); the wrapper allocates it with torch.empty, "
-            f"so every element must be stored by the program that owns it"
-        )
-    return body.view(shape)
+    return check_sentinel_buffer(
+        buf,
+        shape,
+        dtype,
+        guard,
+        label=f"{what} on {where}",
+        past_end="the kernel wrote {count} elements past its end (from {distance} element(s) "
+        "after its last one): an unmasked tail, the rows q >= Q of the last query block; store "
+        "under mask_q",
+        before_start="the kernel wrote before its start",
+        unwritten="{count} of {n} elements were never written (first at {at}); the wrapper "
+        "allocates it with torch.empty, so every element must be stored by the program that "
+        "owns it",
+    )
 
 
 def _check_grad_value_buffer(buf, shape, guard, ref, *, what, where, variants):
@@ -509,7 +462,7 @@ def test_backward_kernel_shared_pixels(submission):
     inputs = MSDAInputs(base.value, base.spatial_shapes, base.level_start_index, loc, attn)
     ref = reference_grads(base.value, base.spatial_shapes, loc, attn, grad_out)[0]
     writes = (ref != 0).long() * case.Q
-    survivors = (writes > 0).long() * _cdiv(case.Q, block_q)  # one per program: lanes collapse
+    survivors = (writes > 0).long() * cdiv(case.Q, block_q)  # one per program: lanes collapse
     variants = {"lost_updates": lost_update_grad_value(ref, writes, survivors)}
     variants.update(grad_variants(inputs, grad_out, "grad_value"))
     _check_kernel_output(
