@@ -592,7 +592,7 @@ def test_race_at_scale_on_gpu(submission):
     )
     kept = float(racy.sum())
     add_note(submission, f"race on the GPU: the racy histogram kept {kept:,.0f} of {RACE_N:,} "
-                         f"updates ({100 * (1 - kept / RACE_N):.1f}% lost); the atomic one kept "
+                         f"updates ({100 * (1 - kept / RACE_N):.2f}% lost); the atomic one kept "
                          f"all of them")
     # Every block of 256 holds duplicate bins, so even one program alone loses updates.
     assert kept < RACE_N, f"the racy histogram kept all {RACE_N:,} updates on the GPU"
