@@ -18,7 +18,8 @@ BANNED = ("grid_sample", "interpolate", "grid_sampler")
 
 def _sample_many(module, img, points):
     """Probe: one bilinear_sample call per point, stacked to (N, D)."""
-    return torch.stack([module.bilinear_sample(img, float(x), float(y)) for x, y in points.tolist()])
+    return torch.stack([module.bilinear_sample(img, float(x), float(y))
+                        for x, y in points.tolist()])
 
 
 def _check_rules(submission, name):

@@ -9,6 +9,7 @@ indices, a harmless -1) instead of whatever memory lies there.
 
 import pytest
 import torch
+
 from msda_labs import runtime
 from msda_labs.cases import Case, make_inputs, seeded_generator
 from msda_labs.grading import expect_close, msda_variants

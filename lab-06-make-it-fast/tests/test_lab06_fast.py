@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from msda_labs.cases import DECODER, STANDARD_CASES, Case, make_inputs
 from msda_labs.gpu.bench import bandwidth_table, effective_bandwidth_gbs, forward_bytes
 from msda_labs.grading import expect_close, msda_variants
@@ -116,6 +117,7 @@ def _autotuned_run(module, inputs, block_q):
     """Probe: the launcher through a one-config autotuned kernel (a single config needs no
     benchmarking, which the interpreter cannot do)."""
     import triton
+
     from msda_labs import runtime
 
     dev = runtime.device()

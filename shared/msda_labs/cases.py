@@ -99,7 +99,7 @@ class Case:
     def S(self) -> int:
         return sum(h * w for h, w in self.shapes)
 
-    def with_(self, **changes) -> "Case":
+    def with_(self, **changes) -> Case:
         return replace(self, **changes)
 
     def describe(self) -> str:

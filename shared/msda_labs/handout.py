@@ -22,7 +22,7 @@ BEGIN, END = "<!-- tasks:begin -->", "<!-- tasks:end -->"
 
 class _Collector:
     def __init__(self):
-        self.tasks: "OrderedDict[str, list]" = OrderedDict()
+        self.tasks: OrderedDict[str, list] = OrderedDict()
 
     def pytest_collection_finish(self, session):
         from msda_labs.grading.plugin import GRADE_KEY
@@ -40,7 +40,7 @@ class _Collector:
                     entry[3] = True
 
 
-def collect_tasks(lab_dir: Path) -> "OrderedDict[str, list]":
+def collect_tasks(lab_dir: Path) -> OrderedDict[str, list]:
     """{task id: [name, points, number of tests, has GPU tests]} from the lab's test markers."""
     import os
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from kit import MANIFEST, ROOT, built_labs, chip_path
+
 from msda_labs.classroom.export import export_lab
 from msda_labs.grading.results import ExerciseResult, GradeResult, TestResult
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from conftest import cheapest_lab, clean_env, grade_export, representative_lab, validate
 from kit import CHIPS, MANIFEST, all_tests, built_labs, chip_path
+
 from msda_labs.classroom import integrity
 from msda_labs.classroom.export import ExportError, export_lab, find_leaks, solution_blocks
 from msda_labs.classroom.manifest import load_manifest

@@ -4,6 +4,7 @@ import shutil
 import subprocess
 
 import pytest
+
 from msda_labs.classroom import integrity
 
 

@@ -5,6 +5,7 @@ import json
 
 import pytest
 from conftest import validate
+
 from msda_labs.classroom import platforms
 from msda_labs.cli import main
 from msda_labs.grading.results import ExerciseResult, GradeResult

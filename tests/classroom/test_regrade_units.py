@@ -6,6 +6,7 @@ import shutil
 
 import pytest
 from conftest import cheapest_lab
+
 from msda_labs.classroom import integrity, regrade
 from msda_labs.grading.results import ExerciseResult, GradeResult
 from msda_labs.grading.results import TestResult as Verdict

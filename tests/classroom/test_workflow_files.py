@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from kit import MANIFEST, built_labs
+
 from msda_labs.classroom import workflows
 from msda_labs.classroom.manifest import Lab, Stage, load_manifest
 

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+
 from msda_labs.cases import DECODER
 from msda_labs.gpu import bench
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from msda_labs.gpu.prove import make_variant
 from msda_labs.grading.rules import SourceInfo, forbidden_imports
 

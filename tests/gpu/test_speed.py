@@ -5,6 +5,7 @@ import sys
 
 import pytest
 import torch
+
 from msda_labs.gpu.speed import DEFAULT_LIMIT, check_speed, chip_function, race, speed_line
 
 

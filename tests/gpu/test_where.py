@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from msda_labs.gpu import where
 from msda_labs.gpu.where import GpuUnavailable, route
 

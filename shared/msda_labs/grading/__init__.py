@@ -8,5 +8,7 @@ Lab tests import from here::
 from msda_labs.grading.compare import describe_value, expect_close, expect_equal, expect_tensor
 from msda_labs.grading.mistakes import msda_variants, pixel_reads, pixel_variants
 
-__all__ = ["expect_close", "expect_equal", "expect_tensor", "describe_value", "msda_variants", "pixel_reads",
-           "pixel_variants"]
+__all__ = [
+    "expect_close", "expect_equal", "expect_tensor", "describe_value", "msda_variants",
+    "pixel_reads", "pixel_variants",
+]

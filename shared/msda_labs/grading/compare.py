@@ -7,7 +7,8 @@ the wrong output equals what a known mistake produces, the name of that mistake.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -24,7 +25,8 @@ def describe_value(obj: Any) -> str:
     return f"{type(obj).__name__} {obj!r:.80}"
 
 
-def expect_tensor(res: Any, what: str, shape=None, dtype: torch.dtype | None = None) -> torch.Tensor:
+def expect_tensor(res: Any, what: str, shape=None,
+                  dtype: torch.dtype | None = None) -> torch.Tensor:
     """Fail unless ``res`` is a tensor (of ``shape`` / ``dtype`` when given)."""
     if not isinstance(res, torch.Tensor):
         raise AssertionError(f"{what}: expected a torch.Tensor, got {describe_value(res)}")
@@ -92,7 +94,7 @@ def expect_close(res: Any, ref: torch.Tensor, *, what: str, case: str = "",
         parts.append(f"your result holds {n_nan} NaN and {n_inf} inf")
     if bool((res64 == 0).all()) and bool((ref != 0).any()):
         parts.append("your result is all zeros: is anything written at all?")
-    for name, (out, explanation) in (variants or {}).items():
+    for out, explanation in (variants or {}).values():
         if out.shape != ref.shape:
             continue
         _, differs_from_ref = mismatch(out, ref, rtol, atol)

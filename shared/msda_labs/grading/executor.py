@@ -23,11 +23,11 @@ import re
 import socket
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 __all__ = [
     "Executor",
@@ -103,7 +103,8 @@ class _Zygote:
             return
         if not self.conn.poll(timeout):
             self.kill()
-            raise InfrastructureError(f"the {self.mode} worker did not start within {timeout:.0f} s")
+            raise InfrastructureError(
+                f"the {self.mode} worker did not start within {timeout:.0f} s")
         try:
             kind, info = self.conn.recv()
         except EOFError:

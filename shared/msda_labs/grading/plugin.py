@@ -17,10 +17,10 @@ NotImplementedError); error (the submission raised); crashed (its process died);
 from __future__ import annotations
 
 import os
-import time
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -84,7 +84,7 @@ _RAISE = {"not_attempted": NotAttempted, "error": SubmissionError, "crashed": Su
 class Submission:
     """What a test sees of the student's work: run code in isolation, read the source."""
 
-    def __init__(self, session: "GradingSession", mode: str):
+    def __init__(self, session: GradingSession, mode: str):
         self._session = session
         self.mode = mode
         self.source: SourceInfo = session.source
@@ -114,7 +114,7 @@ class GradingSession:
         self.lab: str | None = None
         self.lab_dir: Path | None = None
         self.title = ""
-        self.tasks: "OrderedDict[str, str]" = OrderedDict()
+        self.tasks: OrderedDict[str, str] = OrderedDict()
         self.records: dict[str, tuple[str, str, TestResult]] = {}
         self.order: list[str] = []
         self.points: dict[str, tuple[str, int]] = {}

@@ -85,7 +85,7 @@ class GradeResult:
         self.exercises.append(ex)
         return ex
 
-    def merge(self, other: "GradeResult") -> "GradeResult":
+    def merge(self, other: GradeResult) -> GradeResult:
         """Add another stage's results (e.g. the GPU stage) to this report."""
         if other.lab != self.lab:
             raise ValueError(f"cannot merge results of {other.lab} into {self.lab}")
@@ -117,7 +117,7 @@ class GradeResult:
         }
 
     @classmethod
-    def from_dict(cls, data: dict) -> "GradeResult":
+    def from_dict(cls, data: dict) -> GradeResult:
         result = cls(lab=data["lab"], title=data.get("title", ""),
                      stages=list(data.get("stages", [])), submission=data.get("submission", ""),
                      integrity=data.get("integrity") or {"checked": False, "modified": []},
@@ -131,5 +131,5 @@ class GradeResult:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
 
     @classmethod
-    def read_json(cls, path: Path | str) -> "GradeResult":
+    def read_json(cls, path: Path | str) -> GradeResult:
         return cls.from_dict(json.loads(Path(path).read_text()))

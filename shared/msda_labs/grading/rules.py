@@ -22,7 +22,7 @@ class SourceInfo:
     syntax_error: str = ""
 
     @classmethod
-    def read(cls, path: Path) -> "SourceInfo":
+    def read(cls, path: Path) -> SourceInfo:
         text = Path(path).read_text(encoding="utf-8", errors="replace")
         try:
             return cls(Path(path), text, ast.parse(text, filename=str(path)))
@@ -88,7 +88,8 @@ def forbidden_imports(info: SourceInfo, lab: int) -> list[str]:
             findings.append(f"line {line}: uses {name}, which is the grader's, not yours")
         match = re.match(r"msda_labs\.chips\.lab(\d+)", name)
         if match and int(match.group(1)) >= lab:
-            findings.append(f"line {line}: uses {name}, the answer of lab {int(match.group(1)):02d}")
+            findings.append(
+                f"line {line}: uses {name}, the answer of lab {int(match.group(1)):02d}")
         if name == "msda_labs.chips":
             findings.append(f"line {line}: imports msda_labs.chips directly; load earlier labs "
                             f"with msda_labs.stage.load")
