@@ -5,6 +5,7 @@
     nox -s selftest       the kit's own tests: every lab's grader proven on chips and mutants
     nox -s export -- DIR  one template repository per lab (classroom.yml drives it)
     nox -s regrade -- P   regrade a student's checkout with pristine grading files
+    nox -s lint           ruff, and starters / task tables in step with chips and tests
 
 Arguments after ``--`` go to the grader, e.g. ``nox -s lab05 -- --task 5.2``.
 """
@@ -112,6 +113,15 @@ def selftest(session: nox.Session) -> None:
     workers = os.environ.get("MSDA_SELFTEST_WORKERS", "auto")
     session.run("python", "-m", "pytest", str(ROOT / "tests"), "-n", workers, "-q",
                 "-p", "no:cacheprovider", *session.posargs)
+
+
+@nox.session(default=False)
+def lint(session: nox.Session) -> None:
+    """ruff, and starters / task tables in step with their chips and tests."""
+    session.install("ruff==0.17.6")
+    session.run("ruff", "check", str(ROOT))
+    _install(session)
+    session.run("python", "-m", "msda_labs", "sync", "--check")
 
 
 @nox.session(default=False)
