@@ -6,6 +6,7 @@
     nox -s export -- DIR  one template repository per lab (classroom.yml drives it)
     nox -s regrade -- P   regrade a student's checkout with pristine grading files
     nox -s lint           ruff, and starters / task tables in step with chips and tests
+    nox -s bench          the shipped operator vs the reference (and --peer ...) on a CUDA GPU
 
 Arguments after ``--`` go to the grader, e.g. ``nox -s lab05 -- --task 5.2``.
 """
@@ -139,3 +140,26 @@ def regrade(session: nox.Session) -> None:
     """Regrade a student's checkout with pristine grading files: nox -s regrade -- PATH [...]."""
     _install(session)
     session.run("python", "-m", "msda_labs", "regrade", *session.posargs)
+
+
+# -- nox -s bench (issue 10): the shipped operator against the reference and any peers ---------
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Time the shipped operator, the PyTorch reference and any --peer module:function side by
+    side on a CUDA GPU; writes bench.md, bench.json and bench.png (``-- --out DIR``)."""
+    import shutil
+    import sys
+
+    # Decide before installing anything: without an NVIDIA driver there is nothing to measure,
+    # and a failing status keeps a script from mistaking an empty run for a result.
+    if shutil.which("nvidia-smi") is None:
+        print("no GPU: nothing measured. `nox -s bench` times CUDA kernels and needs an NVIDIA "
+              "GPU with its driver (nvidia-smi not found); no table, JSON or chart was written.",
+              file=sys.stderr)
+        raise SystemExit(2)
+    _install_cuda(session)
+    session.install("matplotlib==3.11.2")
+    args = session.posargs or []
+    if "--out" not in args:
+        args = [*args, "--out", str(ROOT / "bench-results")]
+    session.run("python", "-m", "msda_labs.gpu.opbench", *args)

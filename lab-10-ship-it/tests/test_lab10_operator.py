@@ -5,9 +5,10 @@ The CPU stage runs the operator's kernels in Triton's interpreter, at small size
 whose flat value index passes 2**31. Inputs are seeded and built on the device under test inside
 the probe; references are computed here, in the judge, on the CPU from the same seeds.
 
-Some probes re-run the submission with recording wrappers around the launchers of labs 05 and 08
-(the chips while grading): that is how the tests see which accumulator flag reached the backward,
-whether the kernels got contiguous tensors, and that an empty batch launches nothing.
+Some probes re-run the submission with recording wrappers around its msda_forward and
+msda_backward (the shipped kernels while grading): that is how the tests see which accumulator
+flag reached the backward, whether the kernels got contiguous tensors, and that an empty batch
+launches nothing.
 """
 
 import functools
@@ -53,16 +54,16 @@ VCASE = Case("validation", B=2, Q=3, M=4, D=5, shapes=((3, 4), (2, 2)), K=3, see
 
 def _warm_worker() -> None:
     """Pay the once-per-process costs in the grading worker, before it forks a child per test:
-    the earlier labs' chips, torch's lazy imports on the first backward with an explicit
-    gradient (about 1 s), and, under the interpreter, triton's argument specialization and the
-    rewriting of each kernel's source (about 1 s more). Nothing here runs a kernel or a parallel
-    torch op: a thread pool started before a fork would hang the children. Best effort."""
-    import sys
-
+    the shipped kernels and lab 09's chip, torch's lazy imports on the first backward with an
+    explicit gradient (about 1 s), and, under the interpreter, triton's argument specialization
+    and the rewriting of each kernel's source (about 1 s more). Nothing here runs a kernel or a
+    parallel torch op: a thread pool started before a fork would hang the children. Best
+    effort."""
     from msda_labs.stage import load
 
     try:
-        fwd, bwd = load(5, "msda_forward").obj, load(8, "msda_backward").obj
+        from msda_labs import shipped
+
         load(9, "use_fp32_grad_accum")
         x = torch.ones(2, requires_grad=True)
         (x * x).backward(torch.ones(2))
@@ -71,10 +72,9 @@ def _warm_worker() -> None:
             from triton.runtime.jit import mangle_type
 
             mangle_type(1)
-            for launcher in (fwd, bwd):
-                for obj in vars(sys.modules[launcher.__module__]).values():
-                    if isinstance(obj, InterpretedFunction):
-                        obj.rewrite()
+            for obj in vars(shipped).values():
+                if isinstance(obj, InterpretedFunction):
+                    obj.rewrite()
     except Exception:  # noqa: BLE001 - warming is an optimisation only
         pass
 
@@ -213,13 +213,15 @@ def _reexec(module, suffix="_again"):
 def _spied(module):
     """Re-run the submission with recording wrappers around msda_forward and msda_backward.
 
+    The wrappers replace the module globals that MSDAFunction calls, whichever kernels the module
+    loaded (the shipped ones, or with MSDA_LAB10_KERNELS=labs those of labs 06 and 08).
+
     Returns (module, forward calls, backward calls); each call is a dict of plain facts.
     """
     import inspect
 
-    from msda_labs.stage import load
-
-    fwd, bwd = load(5, "msda_forward").obj, load(8, "msda_backward").obj
+    fresh = _reexec(module, "_spied")
+    fwd, bwd = fresh.msda_forward, fresh.msda_backward
     fwd_sig, bwd_sig = inspect.signature(fwd), inspect.signature(bwd)
     fwd_calls, bwd_calls = [], []
 
@@ -237,11 +239,8 @@ def _spied(module):
         bwd_calls.append({"flag": flag if isinstance(flag, bool) else repr(flag)})
         return bwd(*args, **kwargs)
 
-    import msda_labs.chips.lab05 as chip05
-    import msda_labs.chips.lab08 as chip08
-
-    chip05.msda_forward, chip08.msda_backward = spy_forward, spy_backward
-    return _reexec(module, "_spied"), fwd_calls, bwd_calls
+    fresh.msda_forward, fresh.msda_backward = spy_forward, spy_backward
+    return fresh, fwd_calls, bwd_calls
 
 
 def _flag_probe(module, runs):
@@ -839,8 +838,8 @@ def test_gpu_exam_accumulator_paths_agree_in_float32(submission):
 # One training step of the operator (forward, then all three gradients through autograd) is timed
 # in the same run as the same step of the grid_sample reference. The baseline is the reference,
 # which every copy of the kit carries; the lab 10 chip is absent from an exported lab 10, so its
-# time is reported where it exists and never graded. The kernels here are always the chips of
-# labs 05 and 08: what this measures is the operator around them (validation, copies, the flag,
+# time is reported where it exists and never graded. The kernels here are always the shipped ones
+# (msda_labs.shipped): what this measures is the operator around them (validation, copies, the flag,
 # the autograd glue), and a step that follows the lab costs a fraction of the reference's forty
 # or so torch operations. fp32: atomics of the element type itself on every GPU. A step that
 # waits for the device (validation that reads spatial_shapes on the host does) cannot be captured
