@@ -145,12 +145,14 @@ def _check_kernel(submission, inputs, case: Case, dtype, block_q: int, *, what: 
 # -- Task 5.1: the math, fp32 ---------------------------------------------------------------------
 @pytest.mark.task("5.1", points=2)
 @pytest.mark.parametrize("case", STANDARD_CASES, ids=lambda c: c.id)
+@pytest.mark.rule("mask-corners", "zero-padding", "half-pixel", "floor", "xy-order", "level-starts", "write-once")
 def test_kernel_matches_reference(submission, case):
     inputs = make_inputs(case, torch.float32)
     _check_kernel(submission, inputs, case, torch.float32, 4, what="msda_forward_kernel")
 
 
 @pytest.mark.task("5.1", points=1)
+@pytest.mark.rule("level-starts")
 def test_msda_forward_derives_level_starts(submission):
     # As labs 06 and 10 call it: the wrapper, level_start_index=None, the default BLOCK_Q (> Q).
     case = MULTI_LEVEL
@@ -167,6 +169,7 @@ def test_msda_forward_derives_level_starts(submission):
 @pytest.mark.task("5.2", points=1)
 @pytest.mark.parametrize(("case", "block_q"), [(SINGLE, 1), (MULTI_LEVEL, 2), (MULTI_LEVEL, 16)],
                          ids=["BLOCK_Q1", "BLOCK_Q2", "BLOCK_Q16"])
+@pytest.mark.rule("mask-query-tail", "write-once")
 def test_any_block_q(submission, case, block_q):
     # One query per program (Q = 7 programs), a ragged tail (Q = 5 = 2 + 2 + 1), and one block
     # wider than Q.
@@ -180,6 +183,7 @@ CHANNEL_TAIL = Case("channel_tail", B=1, Q=8, M=2, D=3, shapes=((4, 3), (2, 2)),
 
 
 @pytest.mark.task("5.2", points=2)
+@pytest.mark.rule("mask-query-tail")
 def test_store_masks_the_query_tail(submission):
     # D = 4 is a power of two, so only the rows past Q of the last block can go astray.
     inputs = make_inputs(QUERY_TAIL, torch.float32)
@@ -189,6 +193,7 @@ def test_store_masks_the_query_tail(submission):
 
 
 @pytest.mark.task("5.2", points=2)
+@pytest.mark.rule("mask-channel-tail")
 def test_store_masks_the_channel_tail(submission):
     # Q = 8 is a multiple of BLOCK_Q = 4, so only the channels d >= D = 3 can go astray.
     inputs = make_inputs(CHANNEL_TAIL, torch.float32)
@@ -200,6 +205,7 @@ def test_store_masks_the_channel_tail(submission):
 # -- Task 5.3: half-precision inputs, fp32 accumulation -------------------------------------------
 @pytest.mark.task("5.3", points=1)
 @pytest.mark.parametrize("case", STANDARD_CASES, ids=lambda c: c.id)
+@pytest.mark.rule("fp32-accumulation")
 def test_fp16_matches_reference(submission, case):
     inputs = make_inputs(case, torch.float16)
     _check_kernel(submission, inputs, case, torch.float16, 4, what="msda_forward_kernel")
@@ -245,6 +251,7 @@ def _fp16_running_sum(inputs: MSDAInputs) -> torch.Tensor:
 
 
 @pytest.mark.task("5.3", points=3)
+@pytest.mark.rule("fp32-accumulation")
 def test_accumulates_in_fp32(submission):
     inputs = _peaked_inputs()
     variants = {"fp16_acc": (_fp16_running_sum(inputs),
@@ -355,12 +362,14 @@ def _check_huge(submission):
 
 
 @pytest.mark.task("5.4", points=3)
+@pytest.mark.rule("int64-offsets")
 def test_int64_offsets_past_2_31(submission):
     _check_huge(submission)
 
 
 @pytest.mark.task("5.4", points=2)
 @pytest.mark.stage("gpu")
+@pytest.mark.rule("int64-offsets")
 def test_int64_offsets_past_2_31_on_gpu(submission):
     _check_huge(submission)
 
