@@ -20,6 +20,13 @@ from msda_labs.gpu.bench import bandwidth_table, effective_bandwidth_gbs, forwar
 from msda_labs.grading import expect_close, msda_variants
 from msda_labs.grading.bigcase import INT64_HINT, BigCase
 from msda_labs.grading.guards import cdiv, guarded, run_probe
+from msda_labs.grading.peaked import (
+    ACC_HINT,
+    FP16_ACC_MESSAGE,
+    PEAKED,
+    fp16_running_sum,
+    peaked_inputs,
+)
 from msda_labs.reference import msda_reference
 
 LAB = "lab06"
@@ -370,6 +377,26 @@ def test_chunked_half_precision(submission):
 
 
 @pytest.mark.task("6.1", points=1)
+@pytest.mark.rule("fp32-accumulation")
+def test_chunked_accumulates_in_fp32(submission):
+    # 64 points per query, one carrying 98% of the weight: an fp16 running sum drops the rest.
+    inputs = peaked_inputs()
+    what = "msda_forward_chunked_kernel in float16 (BLOCK_Q=4, CHUNK_D=4)"
+    res = submission.run(_launch_chunked, inputs, 4, 4)
+    _check_guards(res, f"{what} on {PEAKED.describe()}")
+    value, shapes, _starts, loc, attn = inputs
+    ref = msda_reference(value.double(), shapes, loc.double(), attn.double())
+    try:
+        expect_close(res["out"], ref, what=what, case=PEAKED.describe(), dtype=torch.float16,
+                     expect_dtype=torch.float16,
+                     variants={"fp16_acc": (fp16_running_sum(inputs), FP16_ACC_MESSAGE)})
+    except AssertionError as exc:
+        if "this is exactly" in str(exc):
+            raise
+        raise AssertionError(f"{exc}; {ACC_HINT}") from None
+
+
+@pytest.mark.task("6.1", points=1)
 def test_wrapper_defaults(submission):
     case = STANDARD_CASES[0]
     res = submission.run(_wrapper_defaults, _case_inputs(case, torch.float32))
@@ -417,7 +444,7 @@ def _big_reference(case):
 @pytest.mark.task("6.1", points=2)
 @pytest.mark.rule("int64-offsets")
 def test_int64_offsets_every_chunk_width(submission):
-    case, block_q = BIG, 4
+    case, block_q = BIG, 8  # one query block: the offsets, not the tiling, are on trial here
     results = run_probe(submission, _int64_probe, case, block_q, tuple(CHUNK_WIDTHS),
                         hint=f"{_CRASH_HINT}. {INT64_HINT}")
     ref = _big_reference(case)
