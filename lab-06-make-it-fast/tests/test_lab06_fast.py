@@ -323,7 +323,10 @@ def _run_chunked(submission, case, dtype, block_q, chunk_d, what):
 
 @pytest.mark.task("6.1", points=1)
 @pytest.mark.parametrize("case", STANDARD_CASES, ids=lambda c: c.id)
-@pytest.mark.rule("mask-corners", "zero-padding", "half-pixel", "floor", "xy-order", "level-starts", "mask-channel-tail")
+@pytest.mark.rule(
+    "mask-corners", "zero-padding", "half-pixel", "floor", "xy-order", "level-starts",
+    "mask-channel-tail",
+)
 def test_chunked_matches_reference(submission, case):
     # CHUNK_D=2 splits every head (D = 3, 4, 5: ragged for the odd ones); BLOCK_Q=8 > Q.
     _run_chunked(submission, case, torch.float32, 8, 2,
@@ -332,7 +335,9 @@ def test_chunked_matches_reference(submission, case):
 
 @pytest.mark.task("6.1", points=2)
 @pytest.mark.parametrize("chunk_d", list(CHUNK_WIDTHS), ids=lambda c: f"CHUNK_D={c}")
-@pytest.mark.rule("mask-channel-tail", "mask-query-tail", "write-once", "zero-padding", "level-starts")
+@pytest.mark.rule(
+    "mask-channel-tail", "mask-query-tail", "write-once", "zero-padding", "level-starts",
+)
 def test_every_chunk_width(submission, chunk_d):
     _run_chunked(submission, CHUNK_CASE, torch.float32, 4, chunk_d,
                  f"msda_forward_chunked_kernel (BLOCK_Q=4, {CHUNK_WIDTHS[chunk_d]})")

@@ -445,7 +445,10 @@ def _check_kernel_output(
 @pytest.mark.task("8.3", points=1)
 @pytest.mark.parametrize("output", OUTPUTS)
 @pytest.mark.parametrize(("case", "block_q"), FP32_RUNS, ids=[c.id for c, _ in FP32_RUNS])
-@pytest.mark.rule("mask-query-tail", "mask-channel-tail", "mask-corners", "zero-padding", "half-pixel", "floor", "xy-order", "level-starts", "write-once")
+@pytest.mark.rule(
+    "mask-query-tail", "mask-channel-tail", "mask-corners", "zero-padding", "half-pixel", "floor",
+    "xy-order", "level-starts", "write-once",
+)
 def test_backward_kernel(submission, case, block_q, output):
     _check_kernel_output(submission, output, case, block_q)
 
@@ -560,13 +563,13 @@ def test_backward_kernel_int64_offsets(submission):
         small.attention_weights,
         case.upstream(),
     )
-    win = case.window
+    window_shape = (case.B, case.window, case.window, case.M, case.D)
     where = case.describe()
     pguard = _point_guard(block_q, case.M, 1, case.K)
     try:
         expect_close(
-            expect_tensor(windows, "grad_value's windows", shape=(case.B, win, win, case.M, case.D)),
-            refs[0].view(case.B, win, win, case.M, case.D),
+            expect_tensor(windows, "grad_value's windows", shape=window_shape),
+            refs[0].view(window_shape),
             what="msda_backward_kernel (grad_value, the pixels the points touch)",
             case=where,
             dtype=torch.float32,

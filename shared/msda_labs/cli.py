@@ -251,7 +251,7 @@ def _cmd_grade(ns) -> int:
 
 def _cmd_sync(ns) -> int:
     from msda_labs.classroom.manifest import find_manifest, load_manifest
-    from msda_labs.handout import sync_ladder, sync_lab
+    from msda_labs.handout import sync_lab, sync_ladder
 
     manifest = load_manifest(find_manifest())
     labs = [manifest.lab(key) for key in ns.labs] if ns.labs else \
