@@ -167,12 +167,17 @@ def render(graded: dict[tuple[str, str], list[str]], gpu_tests: set[str] = froze
         marks = []
         for lab in LABS:
             tests = graded.get((rule, lab))
-            marks.append(str(len(tests)) if tests else
-                         ("n/a" if (rule, lab) in NOT_APPLICABLE else
-                          ("GAP" if (rule, lab) in GAPS else "EMPTY")))
+            if tests:
+                on_gpu = sum(test in gpu_tests for test in tests)
+                counts = [f"{len(tests) - on_gpu}"] if len(tests) > on_gpu else []
+                marks.append(" + ".join(counts + ([f"{on_gpu} GPU"] if on_gpu else [])))
+            else:
+                marks.append("n/a" if (rule, lab) in NOT_APPLICABLE else
+                             ("GAP" if (rule, lab) in GAPS else "EMPTY"))
         lines.append(f"| [{rule}](#{rule}) | " + " | ".join(marks) + " |")
     lines.append("")
-    lines.append("Numbers count the tests that carry the rule's marker in that lab.")
+    lines.append("Numbers count the tests that carry the rule's marker in that lab; \"GPU\" "
+                 "ones grade only in the GPU stage.")
     for rule, text in RULES.items():
         lines += ["", f"### {rule}", "", text + ".", "", "| lab | where it is graded |",
                   "|---|---|"]
