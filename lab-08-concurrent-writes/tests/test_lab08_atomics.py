@@ -447,7 +447,7 @@ def _check_kernel_output(
 @pytest.mark.parametrize(("case", "block_q"), FP32_RUNS, ids=[c.id for c, _ in FP32_RUNS])
 @pytest.mark.rule(
     "mask-query-tail", "mask-channel-tail", "mask-corners", "zero-padding", "half-pixel", "floor",
-    "xy-order", "level-starts", "write-once",
+    "xy-order", "level-starts", "write-once", "fp32-accumulation",
 )
 def test_backward_kernel(submission, case, block_q, output):
     _check_kernel_output(submission, output, case, block_q)
