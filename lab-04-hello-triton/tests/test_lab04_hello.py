@@ -249,7 +249,7 @@ def test_bilinear_out_of_bounds(submission):
 
 
 @pytest.mark.task("4.3", points=2)
-@pytest.mark.rule("mask-channel-tail", "xy-order", "half-pixel")
+@pytest.mark.rule("mask-channel-tail", "xy-order", "half-pixel", "fp32-accumulation")
 def test_bilinear_odd_channels_many_blocks(submission):
     # D = 5 inside BLOCK_D = 8; Q = 37 in three programs of 16, the last one ragged.
     case = _image("odd_d", 6, 5, 5, 37, loc_lo=-0.1, loc_hi=1.1, seed=62)
