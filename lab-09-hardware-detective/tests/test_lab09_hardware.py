@@ -253,6 +253,7 @@ def test_classify_compare_and_swap_in_any_spelling(submission):
 
 
 @pytest.mark.task("9.2", points=1)
+@pytest.mark.rule("atomics")
 def test_classify_native_adds(submission):
     lists = [
         ["atom.global.gpu.relaxed.add.f32"],

@@ -432,6 +432,7 @@ def _shape_cases():
 
 
 @pytest.mark.task("10.2", points=1)
+@pytest.mark.rule("level-starts")
 def test_validate_accepts_good_inputs(submission):
     value, shapes, starts, loc, attn = _good_inputs()
     cases = [
