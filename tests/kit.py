@@ -79,6 +79,7 @@ class Mutant:
     replace: list = field(default_factory=list)
     expect: str | None = None
     tasks: list = field(default_factory=list)
+    rules: list = field(default_factory=list)  # the ladder rules it breaks (msda_labs.ladder)
 
     def apply(self, source: str) -> str:
         for old, new in self.replace:

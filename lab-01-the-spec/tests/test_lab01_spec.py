@@ -36,6 +36,7 @@ def _reads(submission, img, points, what):
 
 
 @pytest.mark.task("1.1", points=1)
+@pytest.mark.rule("half-pixel")
 def test_bilinear_on_pixel_centre(submission):
     # 3 rows x 4 columns holding 0..11: x picks the column, y the row -> img[1, 2] = 6.
     img = torch.arange(12, dtype=torch.float64).reshape(3, 4, 1)
@@ -54,6 +55,7 @@ def test_bilinear_between_pixels(submission):
 
 
 @pytest.mark.task("1.1", points=1)
+@pytest.mark.rule("zero-padding")
 def test_bilinear_zero_padding(submission):
     # Left corners outside: half the weight is lost at x = -0.5, all of it at x = -1.
     img = torch.ones(3, 3, 2, dtype=torch.float64)
@@ -63,6 +65,7 @@ def test_bilinear_zero_padding(submission):
 
 
 @pytest.mark.task("1.1", points=1)
+@pytest.mark.rule("floor")
 def test_bilinear_negative_coordinates_round_down(submission):
     gen = torch.Generator().manual_seed(11)
     img = torch.randn(4, 5, 3, generator=gen, dtype=torch.float64)
@@ -72,6 +75,7 @@ def test_bilinear_negative_coordinates_round_down(submission):
 
 
 @pytest.mark.task("1.1", points=2)
+@pytest.mark.rule("xy-order")
 def test_bilinear_matches_reference_random(submission):
     _check_rules(submission, "bilinear_sample")
     gen = torch.Generator().manual_seed(0)
@@ -97,6 +101,7 @@ def test_bilinear_keeps_dtype_and_shape(submission):
 
 @pytest.mark.task("1.2", points=2)
 @pytest.mark.parametrize("case", STANDARD_CASES, ids=lambda c: c.id)
+@pytest.mark.rule("xy-order", "level-starts", "half-pixel")
 def test_naive_matches_reference(submission, case):
     inputs = make_inputs(case, torch.float64)
     value, shapes, _starts, loc, attn = inputs

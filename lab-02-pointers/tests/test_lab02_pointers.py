@@ -250,6 +250,7 @@ def test_flat_index_small_tensors(submission):
 
 
 @pytest.mark.task("2.1", points=1)
+@pytest.mark.rule("int64-offsets")
 def test_flat_index_past_int32(submission):
     # A 4K-video pyramid: offsets beyond 2**31 - 1 must come back exact.
     calls = [(1, 4_199_999, 7, 31, 4_200_000, 8, 32), (3, 138_000, 5, 17, 4_200_000, 8, 32),
@@ -269,6 +270,7 @@ def _check_banned(submission):
 
 @pytest.mark.task("2.2", points=2)
 @pytest.mark.parametrize("case", FP64_CASES, ids=lambda c: c.id)
+@pytest.mark.rule("mask-corners", "zero-padding", "half-pixel", "floor", "xy-order", "level-starts")
 def test_flat_msda_matches_reference(submission, case):
     inputs = make_inputs(case, torch.float64)
     value, shapes, starts, loc, attn = inputs
@@ -314,6 +316,7 @@ def test_flat_msda_reads_only_flat_views(submission):
 
 
 @pytest.mark.task("2.2", points=1)
+@pytest.mark.rule("int64-offsets")
 def test_flat_msda_index_math_in_int64(submission):
     found = submission.run(_watched_call, make_inputs(MULTI_LEVEL, torch.float64))
     if found["narrow"]:

@@ -126,18 +126,21 @@ def _check_copy(submission, shape, block_r, block_c, dtype=torch.float32, *, see
 
 
 @pytest.mark.task("4.1", points=2)
+@pytest.mark.rule("write-once", "mask-query-tail", "mask-channel-tail")
 def test_copy_ragged_on_both_axes(submission):
     # 37 x 21 in 16 x 16 tiles: a 3 x 2 grid whose last row and column of tiles are ragged.
     _check_copy(submission, (37, 21), 16, 16, seed=41, overrun_hint=_BOTH_MASKS)
 
 
 @pytest.mark.task("4.1", points=1)
+@pytest.mark.rule("mask-channel-tail")
 def test_copy_masks_the_column_tail(submission):
     # Rows divide evenly into tiles; only the columns past C = 21 can escape.
     _check_copy(submission, (32, 21), 16, 16, seed=42, overrun_hint=_COL_MASK)
 
 
 @pytest.mark.task("4.1", points=1)
+@pytest.mark.rule("mask-query-tail")
 def test_copy_masks_the_row_tail(submission):
     # Columns divide evenly into tiles; only the rows past R = 37 can escape.
     _check_copy(submission, (37, 32), 16, 16, seed=43, overrun_hint=_ROW_MASK)
@@ -165,6 +168,7 @@ def _check_gather(submission, src, idx, block, *, what, variants=None):
 
 
 @pytest.mark.task("4.2", points=2)
+@pytest.mark.rule("mask-query-tail")
 def test_gather_one_ragged_block(submission):
     gen = seeded_generator(51)
     src = torch.randn(500, generator=gen)
@@ -237,6 +241,7 @@ def _image(id_, H, W, D, Q, **kw) -> Case:
 
 
 @pytest.mark.task("4.3", points=2)
+@pytest.mark.rule("mask-corners", "zero-padding", "floor")
 def test_bilinear_out_of_bounds(submission):
     # One program of 8 lanes for 6 queries; locations reach 20% past every border.
     case = _image("oob", 5, 7, 4, 6, loc_lo=-0.2, loc_hi=1.2, seed=61)
@@ -244,6 +249,7 @@ def test_bilinear_out_of_bounds(submission):
 
 
 @pytest.mark.task("4.3", points=2)
+@pytest.mark.rule("mask-channel-tail", "xy-order", "half-pixel", "fp32-accumulation")
 def test_bilinear_odd_channels_many_blocks(submission):
     # D = 5 inside BLOCK_D = 8; Q = 37 in three programs of 16, the last one ragged.
     case = _image("odd_d", 6, 5, 5, 37, loc_lo=-0.1, loc_hi=1.1, seed=62)
@@ -251,6 +257,7 @@ def test_bilinear_odd_channels_many_blocks(submission):
 
 
 @pytest.mark.task("4.3", points=1)
+@pytest.mark.rule("mask-query-tail")
 def test_bilinear_query_tail_is_masked(submission):
     # D = 4 is a power of two, so only rows past Q = 10 of the second program can escape.
     case = _image("query_tail", 3, 4, 4, 10, seed=63)
@@ -258,6 +265,7 @@ def test_bilinear_query_tail_is_masked(submission):
 
 
 @pytest.mark.task("4.3", points=1)
+@pytest.mark.rule("half-pixel", "floor")
 def test_bilinear_exact_knots(submission):
     # Pixel centres and edges, the borders 0 and 1 included: floor at exact integers.
     case = _image("knots", 4, 8, 3, 24, seed=64, knots=True)
@@ -265,6 +273,7 @@ def test_bilinear_exact_knots(submission):
 
 
 @pytest.mark.task("4.3", points=1)
+@pytest.mark.rule("fp32-accumulation")
 def test_bilinear_fp16_in_fp16_out(submission):
     case = _image("fp16", 6, 7, 6, 12, loc_lo=-0.1, loc_hi=1.1, seed=65)
     _check_bilinear(submission, case, 16, torch.float16)

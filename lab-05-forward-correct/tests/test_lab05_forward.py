@@ -36,7 +36,14 @@ from msda_labs.grading.guards import (
     run_probe,
     sentinel_buffer,
 )
-from msda_labs.reference import msda_reference, msda_variant
+from msda_labs.grading.peaked import (
+    ACC_HINT,
+    FP16_ACC_MESSAGE,
+    PEAKED,
+    fp16_running_sum,
+    peaked_inputs,
+)
+from msda_labs.reference import msda_reference
 
 LAB = "lab05"
 TITLE = "The forward kernel, correct"
@@ -145,12 +152,17 @@ def _check_kernel(submission, inputs, case: Case, dtype, block_q: int, *, what: 
 # -- Task 5.1: the math, fp32 ---------------------------------------------------------------------
 @pytest.mark.task("5.1", points=2)
 @pytest.mark.parametrize("case", STANDARD_CASES, ids=lambda c: c.id)
+@pytest.mark.rule(
+    "mask-corners", "zero-padding", "half-pixel", "floor", "xy-order", "level-starts",
+    "write-once",
+)
 def test_kernel_matches_reference(submission, case):
     inputs = make_inputs(case, torch.float32)
     _check_kernel(submission, inputs, case, torch.float32, 4, what="msda_forward_kernel")
 
 
 @pytest.mark.task("5.1", points=1)
+@pytest.mark.rule("level-starts")
 def test_msda_forward_derives_level_starts(submission):
     # As labs 06 and 10 call it: the wrapper, level_start_index=None, the default BLOCK_Q (> Q).
     case = MULTI_LEVEL
@@ -167,6 +179,7 @@ def test_msda_forward_derives_level_starts(submission):
 @pytest.mark.task("5.2", points=1)
 @pytest.mark.parametrize(("case", "block_q"), [(SINGLE, 1), (MULTI_LEVEL, 2), (MULTI_LEVEL, 16)],
                          ids=["BLOCK_Q1", "BLOCK_Q2", "BLOCK_Q16"])
+@pytest.mark.rule("mask-query-tail", "write-once")
 def test_any_block_q(submission, case, block_q):
     # One query per program (Q = 7 programs), a ragged tail (Q = 5 = 2 + 2 + 1), and one block
     # wider than Q.
@@ -180,6 +193,7 @@ CHANNEL_TAIL = Case("channel_tail", B=1, Q=8, M=2, D=3, shapes=((4, 3), (2, 2)),
 
 
 @pytest.mark.task("5.2", points=2)
+@pytest.mark.rule("mask-query-tail")
 def test_store_masks_the_query_tail(submission):
     # D = 4 is a power of two, so only the rows past Q of the last block can go astray.
     inputs = make_inputs(QUERY_TAIL, torch.float32)
@@ -189,6 +203,7 @@ def test_store_masks_the_query_tail(submission):
 
 
 @pytest.mark.task("5.2", points=2)
+@pytest.mark.rule("mask-channel-tail")
 def test_store_masks_the_channel_tail(submission):
     # Q = 8 is a multiple of BLOCK_Q = 4, so only the channels d >= D = 3 can go astray.
     inputs = make_inputs(CHANNEL_TAIL, torch.float32)
@@ -200,58 +215,19 @@ def test_store_masks_the_channel_tail(submission):
 # -- Task 5.3: half-precision inputs, fp32 accumulation -------------------------------------------
 @pytest.mark.task("5.3", points=1)
 @pytest.mark.parametrize("case", STANDARD_CASES, ids=lambda c: c.id)
+@pytest.mark.rule("fp32-accumulation")
 def test_fp16_matches_reference(submission, case):
     inputs = make_inputs(case, torch.float16)
     _check_kernel(submission, inputs, case, torch.float16, 4, what="msda_forward_kernel")
 
 
-PEAKED = Case("peaked_attention", B=1, Q=3, M=1, D=4, shapes=((4, 4), (2, 2)), K=32, loc_lo=0.25,
-              loc_hi=0.75, seed=7)
-_ACC_HINT = ("this case is built to expose an fp16 accumulator: values near 54, one point "
-             "carrying 98% of the weight and 63 points about 0.0002 each; added one by one to an "
-             "fp16 running sum near 54 (spacing 1/32), each of those rounds away. Keep acc in fp32")
-
-
-def _peaked_inputs() -> MSDAInputs:
-    """Large positive values, locations well inside every level, a sharply peaked softmax."""
-    case = PEAKED
-    gen = seeded_generator(case.seed)
-    B, Q, M, D, L, K = case.B, case.Q, case.M, case.D, case.L, case.K
-    value = 48 + 12 * torch.rand(B, case.S, M, D, generator=gen)
-    loc = case.loc_lo + (case.loc_hi - case.loc_lo) * torch.rand(B, Q, M, L, K, 2, generator=gen)
-    logits = -8.5 + 0.4 * torch.rand(B, Q, M, L * K, generator=gen)
-    logits[..., 0] = 0.0
-    attn = logits.softmax(-1).reshape(B, Q, M, L, K)
-    shapes = torch.tensor(case.shapes, dtype=torch.int64)
-    starts = torch.tensor([0, 16], dtype=torch.int64)
-    half = torch.float16
-    return MSDAInputs(value.to(half), shapes, starts, loc.to(half), attn.to(half))
-
-
-def _fp16_running_sum(inputs: MSDAInputs) -> torch.Tensor:
-    """What a kernel whose accumulator is rounded to fp16 after every point returns."""
-    value, shapes, starts, loc, attn = inputs
-    L, K = loc.shape[3], loc.shape[4]
-    acc = None
-    for lvl in range(L):
-        h, w = (int(s) for s in shapes[lvl])
-        start = int(starts[lvl])
-        level = value[:, start:start + h * w]
-        for k in range(K):
-            part = msda_variant(level, shapes[lvl:lvl + 1], loc[:, :, :, lvl:lvl + 1, k:k + 1],
-                                attn[:, :, :, lvl:lvl + 1, k:k + 1])
-            acc = part if acc is None else acc.half().double() + part
-    return acc.half().double()
-
-
 @pytest.mark.task("5.3", points=3)
+@pytest.mark.rule("fp32-accumulation")
 def test_accumulates_in_fp32(submission):
-    inputs = _peaked_inputs()
-    variants = {"fp16_acc": (_fp16_running_sum(inputs),
-                             "an accumulator held in fp16: 63 small terms were rounded away; "
-                             "accumulate in fp32 and cast once, at the store")}
+    inputs = peaked_inputs()
+    variants = {"fp16_acc": (fp16_running_sum(inputs), FP16_ACC_MESSAGE)}
     _check_kernel(submission, inputs, PEAKED, torch.float16, 4, what="msda_forward_kernel",
-                  variants=variants, hint=_ACC_HINT)
+                  variants=variants, hint=ACC_HINT)
 
 
 # -- Task 5.4: int64 offsets ----------------------------------------------------------------------
@@ -355,12 +331,14 @@ def _check_huge(submission):
 
 
 @pytest.mark.task("5.4", points=3)
+@pytest.mark.rule("int64-offsets")
 def test_int64_offsets_past_2_31(submission):
     _check_huge(submission)
 
 
 @pytest.mark.task("5.4", points=2)
 @pytest.mark.stage("gpu")
+@pytest.mark.rule("int64-offsets")
 def test_int64_offsets_past_2_31_on_gpu(submission):
     _check_huge(submission)
 

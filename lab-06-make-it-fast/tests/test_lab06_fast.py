@@ -18,7 +18,16 @@ import torch
 from msda_labs.cases import DECODER, STANDARD_CASES, Case, make_inputs
 from msda_labs.gpu.bench import bandwidth_table, effective_bandwidth_gbs, forward_bytes
 from msda_labs.grading import expect_close, msda_variants
-from msda_labs.grading.guards import cdiv, guarded
+from msda_labs.grading.bigcase import INT64_HINT, BigCase
+from msda_labs.grading.guards import cdiv, guarded, run_probe
+from msda_labs.grading.peaked import (
+    ACC_HINT,
+    FP16_ACC_MESSAGE,
+    PEAKED,
+    fp16_running_sum,
+    peaked_inputs,
+)
+from msda_labs.grading.plugin import SubmissionProblem
 from msda_labs.reference import msda_reference
 
 LAB = "lab06"
@@ -315,6 +324,10 @@ def _run_chunked(submission, case, dtype, block_q, chunk_d, what):
 
 @pytest.mark.task("6.1", points=1)
 @pytest.mark.parametrize("case", STANDARD_CASES, ids=lambda c: c.id)
+@pytest.mark.rule(
+    "mask-corners", "zero-padding", "half-pixel", "floor", "xy-order", "level-starts",
+    "mask-channel-tail",
+)
 def test_chunked_matches_reference(submission, case):
     # CHUNK_D=2 splits every head (D = 3, 4, 5: ragged for the odd ones); BLOCK_Q=8 > Q.
     _run_chunked(submission, case, torch.float32, 8, 2,
@@ -323,12 +336,16 @@ def test_chunked_matches_reference(submission, case):
 
 @pytest.mark.task("6.1", points=2)
 @pytest.mark.parametrize("chunk_d", list(CHUNK_WIDTHS), ids=lambda c: f"CHUNK_D={c}")
+@pytest.mark.rule(
+    "mask-channel-tail", "mask-query-tail", "write-once", "zero-padding", "level-starts",
+)
 def test_every_chunk_width(submission, chunk_d):
     _run_chunked(submission, CHUNK_CASE, torch.float32, 4, chunk_d,
                  f"msda_forward_chunked_kernel (BLOCK_Q=4, {CHUNK_WIDTHS[chunk_d]})")
 
 
 @pytest.mark.task("6.1", points=2)
+@pytest.mark.rule("write-once")
 def test_program_owns_one_tile(submission):
     # Launch only the programs with pid_q = 0 and pid_d = 0: together they own queries 0..3 and
     # channels 0..1 of every (b, m). Everything else must still hold the NaN it started with.
@@ -357,11 +374,65 @@ def test_program_owns_one_tile(submission):
                  what=f"{what}, inside the tile", case=case.describe())
 
 
+def _launch_each(module, runs):
+    """Probe: :func:`_launch_chunked` for each (inputs, block_q, chunk_d) of ``runs``."""
+    return [_launch_chunked(module, inputs, block_q, chunk_d) for inputs, block_q, chunk_d in runs]
+
+
+_FP16: dict = {}
+
+
+def _fp16_results(submission):
+    """Both half-precision launches in one child process (the interpreter's per-process setup
+    is paid once); a crash or an exception is served to both tests alike."""
+    if "runs" not in _FP16:
+        runs = [(_case_inputs(CHUNK_CASE, torch.float16), 4, 4), (peaked_inputs(), 4, 4)]
+        try:
+            _FP16["runs"] = ("ok", submission.run(_launch_each, runs))
+        except SubmissionProblem as exc:
+            _FP16["runs"] = ("raised", exc)
+    kind, value = _FP16["runs"]
+    if kind == "raised":
+        raise value
+    if not isinstance(value, list) or len(value) != 2:
+        raise AssertionError("the half-precision probe returned no results")
+    return value
+
+
 @pytest.mark.task("6.1", points=1)
+@pytest.mark.rule("fp32-accumulation")
 def test_chunked_half_precision(submission):
     # fp16 in and out, fp32 inside: within the fp16 tolerance of the fp64 reference.
-    _run_chunked(submission, CHUNK_CASE, torch.float16, 4, 4,
-                 "msda_forward_chunked_kernel in float16 (BLOCK_Q=4, CHUNK_D=4)")
+    res = _fp16_results(submission)[0]
+    what = "msda_forward_chunked_kernel in float16 (BLOCK_Q=4, CHUNK_D=4)"
+    _check_guards(res, f"{what} on {CHUNK_CASE.describe()}")
+    _expect_forward(res["out"], CHUNK_CASE, torch.float16, what, 4)
+
+
+@pytest.mark.task("6.1", points=1)
+@pytest.mark.rule("fp32-accumulation")
+def test_chunked_accumulates_in_fp32(submission):
+    # 64 points per query, one carrying 98% of the weight: an fp16 running sum drops the rest.
+    inputs = peaked_inputs()
+    what = "msda_forward_chunked_kernel in float16 (BLOCK_Q=4, CHUNK_D=4)"
+    res = _fp16_results(submission)[1]
+    _check_guards(res, f"{what} on {PEAKED.describe()}")
+    value, shapes, _starts, loc, attn = inputs
+    ref = msda_reference(value.double(), shapes, loc.double(), attn.double())
+    try:
+        expect_close(res["out"], ref, what=what, case=PEAKED.describe(), dtype=torch.float16,
+                     expect_dtype=torch.float16)
+        return
+    except AssertionError:
+        pass  # name the mistake: the fp16 running sum is only computed for a wrong result
+    try:
+        expect_close(res["out"], ref, what=what, case=PEAKED.describe(), dtype=torch.float16,
+                     expect_dtype=torch.float16,
+                     variants={"fp16_acc": (fp16_running_sum(inputs), FP16_ACC_MESSAGE)})
+    except AssertionError as exc:
+        if "this is exactly" in str(exc):
+            raise
+        raise AssertionError(f"{exc}; {ACC_HINT}") from None
 
 
 @pytest.mark.task("6.1", points=1)
@@ -370,6 +441,64 @@ def test_wrapper_defaults(submission):
     res = submission.run(_wrapper_defaults, _case_inputs(case, torch.float32))
     _expect_forward(res, case, torch.float32,
                     "msda_forward_chunked with its defaults (BLOCK_Q=32, CHUNK_D=None)")
+
+
+# Two batches of one 16384 x 16384 level with M * D = 12: batch 1 starts at value element
+# 12 * 2**28, past 2**31. The value is a sparse file mapped into memory (see bigcase.py); each
+# chunk width the lab grades is launched on it, all in one child process.
+BIG = BigCase("int64_offsets", B=2, Q=6, M=2, D=6, K=2,
+              corners=(((1 << 14) - 12, (1 << 14) - 20), (4, 8)), seed=61)
+_CRASH_HINT = ("in the interpreter a crash is almost always a load or store at a wild address: "
+               "an unmasked lane, or an offset that overflowed")
+
+
+def _int64_probe(module, case, block_q, chunks):
+    """Probe: the chunked kernel at each CHUNK_D on the big case; one guarded output each."""
+    from msda_labs import runtime
+
+    dev = runtime.device()
+    value, shapes, starts, loc, attn = case.big_inputs(dev)
+    B, S, M, D = value.shape
+    Q, L, K = loc.shape[1], loc.shape[3], loc.shape[4]
+    results = {}
+    for chunk_d in chunks:
+        out_buf, out = _guarded((B, Q, M, D), float("nan"), value.dtype, dev)
+        grid = (cdiv(Q, block_q), B * M, cdiv(D, chunk_d))
+        module.msda_forward_chunked_kernel[grid](
+            value, shapes, starts, loc, attn, out, Q, S,
+            M=M, D=D, L=L, K=K, BLOCK_Q=block_q, CHUNK_D=chunk_d)
+        n = out.numel()
+        results[str(chunk_d)] = {"out": out.reshape(B, Q, M * D).clone(),
+                                 "guard_lo": out_buf[:GUARD].clone(),
+                                 "guard_hi": out_buf[GUARD + n:].clone()}
+    return results
+
+
+@lru_cache(maxsize=1)
+def _big_reference(case):
+    value, shapes, _starts, loc, attn = case.small_inputs()
+    return msda_reference(value.double(), shapes, loc.double(), attn.double())
+
+
+@pytest.mark.task("6.1", points=2)
+@pytest.mark.rule("int64-offsets")
+def test_int64_offsets_every_chunk_width(submission):
+    case, block_q = BIG, 8  # one query block: the offsets, not the tiling, are on trial here
+    results = run_probe(submission, _int64_probe, case, block_q, tuple(CHUNK_WIDTHS),
+                        hint=f"{_CRASH_HINT}. {INT64_HINT}")
+    ref = _big_reference(case)
+    for chunk_d, width in CHUNK_WIDTHS.items():
+        res = results[str(chunk_d)] if isinstance(results, dict) else None
+        what = (f"msda_forward_chunked_kernel (BLOCK_Q={block_q}, CHUNK_D={chunk_d}; "
+                f"{width.replace('D=6', f'D={case.D}')})")
+        try:
+            if res is None:
+                raise AssertionError(f"{what}: the probe returned no output")
+            _check_guards(res, f"{what} on {case.describe()}")
+            expect_close(res["out"], ref, what=what, case=case.describe(), dtype=torch.float32,
+                         expect_dtype=torch.float32)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; {INT64_HINT}") from None
 
 
 # -- Task 6.2: autotune, in the interpreter -----------------------------------------------------

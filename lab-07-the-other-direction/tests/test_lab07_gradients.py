@@ -191,6 +191,7 @@ def test_grad_attention_weights_is_vectorized(submission):
 # -- Task 7.2 ----------------------------------------------------------------------------------
 @pytest.mark.task("7.2", points=2)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+@pytest.mark.rule("xy-order")
 def test_grad_sampling_locations(submission, case):
     _check(submission, "grad_loc", case, make_inputs(case), upstream(case))
 
@@ -203,6 +204,7 @@ def test_grad_sampling_locations_is_vectorized(submission):
 # -- Task 7.3 ----------------------------------------------------------------------------------
 @pytest.mark.task("7.3", points=2)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+@pytest.mark.rule("mask-corners", "zero-padding")
 def test_scatter_grad_value(submission, case):
     _check(submission, "grad_value", case, make_inputs(case), upstream(case))
 
@@ -211,6 +213,7 @@ SHARED = Case("shared_pixels", B=1, Q=8, M=1, D=3, shapes=((4, 5),), K=1, seed=5
 
 
 @pytest.mark.task("7.3", points=2)
+@pytest.mark.rule("atomics")
 def test_scatter_grad_value_shared_pixels(submission):
     # Eight queries sample the very same point with the same weight and the same upstream
     # gradient: each of its four pixels must receive eight equal shares.

@@ -30,6 +30,7 @@ from msda_labs.cases import (
 )
 from msda_labs.gpu.speed import REFERENCE_LIMIT, add_note, check_reference_speed
 from msda_labs.grading import expect_close, expect_tensor
+from msda_labs.grading.bigcase import INT64_HINT, BigCase
 from msda_labs.grading.grad_mistakes import grad_variants, lost_update_grad_value
 from msda_labs.grading.guards import (
     between_guards,
@@ -255,6 +256,7 @@ def _check_histogram(submission, idx, n_bins, block, where):
     [(2000, 8, 256, 11), (1000, 64, 64, 12), (37, 5, 16, 13), (5, 4, 64, 14)],
     ids=["2000_into_8_BLOCK256", "1000_into_64_BLOCK64", "ragged_37_BLOCK16", "n_below_BLOCK"],
 )
+@pytest.mark.rule("atomics", "mask-query-tail")
 def test_histogram_atomic(submission, n, n_bins, block, seed):
     idx = torch.randint(0, n_bins, (n,), generator=seeded_generator(seed))
     _check_histogram(
@@ -263,6 +265,7 @@ def test_histogram_atomic(submission, n, n_bins, block, seed):
 
 
 @pytest.mark.task("8.2", points=2)
+@pytest.mark.rule("atomics")
 def test_histogram_atomic_one_bin(submission):
     # The worst contention there is: every lane of every program adds into bin 3.
     idx = torch.full((300,), 3, dtype=torch.int64)
@@ -442,6 +445,10 @@ def _check_kernel_output(
 @pytest.mark.task("8.3", points=1)
 @pytest.mark.parametrize("output", OUTPUTS)
 @pytest.mark.parametrize(("case", "block_q"), FP32_RUNS, ids=[c.id for c, _ in FP32_RUNS])
+@pytest.mark.rule(
+    "mask-query-tail", "mask-channel-tail", "mask-corners", "zero-padding", "half-pixel", "floor",
+    "xy-order", "level-starts", "write-once", "fp32-accumulation",
+)
 def test_backward_kernel(submission, case, block_q, output):
     _check_kernel_output(submission, output, case, block_q)
 
@@ -450,6 +457,7 @@ SHARED = Case("shared_pixels", B=1, Q=8, M=1, D=4, shapes=((4, 5),), K=1, seed=5
 
 
 @pytest.mark.task("8.3", points=2)
+@pytest.mark.rule("atomics")
 def test_backward_kernel_shared_pixels(submission):
     # Eight queries sample the very same point with the same weight and the same upstream
     # gradient, four per program: each of its four pixels must receive eight equal shares, four
@@ -476,6 +484,7 @@ CROWDED = Case(
 
 
 @pytest.mark.task("8.3", points=3)
+@pytest.mark.rule("atomics")
 def test_backward_kernel_crowded_level(submission):
     # Sixteen queries, one program, a level of six pixels: in every (l, k) step many lanes of the
     # program add into the same pixel at once. Only an atomic add keeps all their shares.
@@ -488,6 +497,97 @@ def test_backward_kernel_crowded_level(submission):
             f"{exc}; here many lanes of one program add into the same pixel at once: if your "
             f"other grad_value tests pass, the scatter loses updates (use tl.atomic_add)"
         ) from None
+
+
+# -- past 2**31: the reads of value and the scatter into grad_value ------------------------------
+# Two batches of one 16384 x 16384 level with M * D = 12: batch 1 starts at element 12 * 2**28 of
+# value and of grad_value, past 2**31. Both are sparse files mapped into memory (bigcase.py).
+BIG = BigCase(
+    "int64_offsets",
+    B=2,
+    Q=6,
+    M=2,
+    D=6,
+    K=2,
+    corners=(((1 << 14) - 12, (1 << 14) - 20), (4, 8)),
+    seed=81,
+)
+
+
+def _int64_probe(module, case, block_q):
+    """The backward kernel on the big case: every batch's window of grad_value, and grad_loc and
+    grad_attn between guards filled with the sentinel."""
+    dev = runtime.device()
+    value, shapes, starts, loc, attn = case.big_inputs(dev)
+    B, S, M, D = value.shape
+    Q, L, K = loc.shape[1], loc.shape[3], loc.shape[4]
+    pguard = _point_guard(block_q, M, L, K)
+    grad_value = case.zeros_like_value(dev)
+    gl_buf, grad_loc = sentinel_buffer(loc.shape, loc.dtype, dev, pguard)
+    ga_buf, grad_attn = sentinel_buffer(attn.shape, attn.dtype, dev, pguard)
+    g = case.upstream().to(dev).reshape(B, Q, M, D)
+    module.msda_backward_kernel[(cdiv(Q, block_q), B * M)](
+        value,
+        shapes,
+        starts,
+        loc,
+        attn,
+        between_guards(g, pguard),
+        grad_value,
+        grad_loc,
+        grad_attn,
+        Q,
+        S,
+        M=M,
+        D=D,
+        L=L,
+        K=K,
+        BLOCK_Q=block_q,
+        BLOCK_D=pow2(D),
+    )
+    return case.windows_of(grad_value), gl_buf, ga_buf
+
+
+@pytest.mark.task("8.3", points=2)
+@pytest.mark.rule("int64-offsets")
+def test_backward_kernel_int64_offsets(submission):
+    case, block_q = BIG, 4
+    windows, gl_buf, ga_buf = run_probe(
+        submission, _int64_probe, case, block_q, hint=f"{_CRASH_HINT}. {INT64_HINT}"
+    )
+    small = case.small_inputs()
+    refs = reference_grads(
+        small.value,
+        small.spatial_shapes,
+        small.sampling_locations,
+        small.attention_weights,
+        case.upstream(),
+    )
+    window_shape = (case.B, case.window, case.window, case.M, case.D)
+    where = case.describe()
+    pguard = _point_guard(block_q, case.M, 1, case.K)
+    try:
+        expect_close(
+            expect_tensor(windows, "grad_value's windows", shape=window_shape),
+            refs[0].view(window_shape),
+            what="msda_backward_kernel (grad_value, the pixels the points touch)",
+            case=where,
+            dtype=torch.float32,
+            backward=True,
+        )
+        for name, buf, ref, scale in (
+            ("grad_loc", gl_buf, refs[1], case.scale),
+            ("grad_attn", ga_buf, refs[2], 1.0),
+        ):
+            what = f"msda_backward_kernel ({name})"
+            res = _check_point_buffer(
+                buf, ref.shape, torch.float32, pguard, what=what, where=where
+            )
+            expect_close(
+                res, ref * scale, what=what, case=where, dtype=torch.float32, backward=True
+            )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; {INT64_HINT}") from None
 
 
 # -- through the given wrapper: half precision, the fp32 accumulator, the contract of lab 10 ----
@@ -543,6 +643,7 @@ def _check_wrapper(submission, case, dtype, *, starts=True, **kwargs):
     [("float16", False), ("float16", True), ("bfloat16", True)],
     ids=["fp16", "fp16_fp32_accum", "bf16_fp32_accum"],
 )
+@pytest.mark.rule("fp32-accumulation", "accumulator-switch")
 def test_backward_half_precision(submission, dtype, fp32_grad_accum):
     # bf16 only through the fp32 accumulator here: the interpreter has no bf16 atomic add (the GPU
     # stage runs the bf16 buffer too). Arithmetic must be fp32 whatever the dtype.

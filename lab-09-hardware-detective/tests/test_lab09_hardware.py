@@ -191,6 +191,7 @@ def _check_detector(res, expected, what):
 
 
 @pytest.mark.task("9.1", points=2)
+@pytest.mark.rule("atomics")
 def test_find_atomics_synthetic_listing(submission):
     res = submission.call("find_atomics", SYNTHETIC_PTX)
     _check_detector(res, SYNTHETIC_EXPECTED,
@@ -218,6 +219,7 @@ def test_find_atomics_real_ptx(submission, name, expected):
 
 
 @pytest.mark.task("9.1", points=1)
+@pytest.mark.rule("atomics")
 def test_find_atomics_on_the_backward_kernel(submission):
     signature = _expected_signature("bf16", "bf16")
     constexprs = {n: AOT_SIZES[n] for n, kind in signature.items() if kind == "constexpr"}
@@ -237,6 +239,7 @@ def _check_classes(submission, lists, expected, what, why):
 
 
 @pytest.mark.task("9.2", points=2)
+@pytest.mark.rule("atomics")
 def test_classify_compare_and_swap_in_any_spelling(submission):
     lists = [
         ["atom.relaxed.gpu.global.cas.b32"],
@@ -250,6 +253,7 @@ def test_classify_compare_and_swap_in_any_spelling(submission):
 
 
 @pytest.mark.task("9.2", points=1)
+@pytest.mark.rule("atomics")
 def test_classify_native_adds(submission):
     lists = [
         ["atom.global.gpu.relaxed.add.f32"],
@@ -287,6 +291,7 @@ SWITCH_ROWS = [
 
 
 @pytest.mark.task("9.3", points=3)
+@pytest.mark.rule("accumulator-switch")
 def test_switch_truth_table(submission):
     rows = [(name, cap) for name, cap, _, _ in SWITCH_ROWS]
     res = submission.run(_switch_many, rows)
@@ -320,6 +325,7 @@ _SIG_HINTS = {
 @pytest.mark.parametrize("value_dtype,grad_value_dtype",
                          [("bf16", "bf16"), ("bf16", "fp32"), ("fp16", "fp16"), ("fp32", "fp32")],
                          ids=["bf16", "bf16-fp32-buffer", "fp16", "fp32"])
+@pytest.mark.rule("accumulator-switch")
 def test_backward_signature(submission, value_dtype, grad_value_dtype):
     expected = _expected_signature(value_dtype, grad_value_dtype)
     res = submission.run(_signature_probe, value_dtype, grad_value_dtype)
@@ -353,6 +359,7 @@ _SUFFIX = {"fp32": ("f32",), "fp16": ("f16", "f16x2"), "bf16": ("bf16", "bf16x2"
     (80, "bf16", "bf16"), (90, "bf16", "bf16"), (80, "bf16", "fp32"), (90, "bf16", "fp32"),
     (80, "fp16", "fp16"),
 ], ids=["sm80-bf16", "sm90-bf16", "sm80-bf16-fp32acc", "sm90-bf16-fp32acc", "sm80-fp16"])
+@pytest.mark.rule("atomics", "accumulator-switch")
 def test_compile_backward_lowering(submission, cc, value_dtype, buffer):
     what = (f"compile_backward(kernel, {value_dtype!r}, {buffer!r}, {cc}) ({value_dtype} values, "
             f"{buffer} grad_value buffer, sm_{cc})")

@@ -342,6 +342,7 @@ def test_function_backward_all_three_gradients(submission):
 
 
 @pytest.mark.task("10.1", points=1)
+@pytest.mark.rule("accumulator-switch")
 def test_function_hands_its_flag_to_the_backward(submission):
     seen = submission.run(_function_flag_probe, SINGLE)
     for flag, calls in zip((True, False), seen):
@@ -430,6 +431,7 @@ def _shape_cases():
 
 
 @pytest.mark.task("10.2", points=1)
+@pytest.mark.rule("level-starts")
 def test_validate_accepts_good_inputs(submission):
     value, shapes, starts, loc, attn = _good_inputs()
     cases = [
@@ -494,6 +496,7 @@ def test_validate_spatial_shapes(submission):
 
 
 @pytest.mark.task("10.2", points=1)
+@pytest.mark.rule("level-starts")
 def test_validate_level_start_index(submission):
     value, shapes, starts, loc, attn = _good_inputs()
     L = shapes.shape[0]
@@ -585,6 +588,7 @@ def test_msda_non_contiguous_inputs(submission):
 
 
 @pytest.mark.task("10.3", points=2)
+@pytest.mark.rule("accumulator-switch")
 def test_msda_resolves_the_accumulator_flag(submission):
     runs = [(SINGLE, "float32", "auto"), (SINGLE, "float16", "auto"),
             (SINGLE, "bfloat16", "auto"), (SINGLE, "float16", True), (SINGLE, "float32", False),
@@ -627,6 +631,7 @@ def test_exam_forward_ragged_queries(submission):
 
 
 @pytest.mark.task("10.4", points=1)
+@pytest.mark.rule("level-starts")
 def test_exam_level_start_index_none(submission):
     res = _run_msda(submission, TWO_LEVELS, "float32", starts_none=True)
     _check_output(res, TWO_LEVELS, "float32", "msda(..., level_start_index=None, ...)")
@@ -659,6 +664,7 @@ def _paths_probe(module, case):
 
 
 @pytest.mark.task("10.4", points=1)
+@pytest.mark.rule("accumulator-switch")
 def test_exam_accumulator_paths_agree_in_float32(submission):
     native, fp32 = submission.run(_paths_probe, TWO_LEVELS)
     if native is None or fp32 is None:
@@ -771,6 +777,7 @@ def test_gpu_exam_edge_cases(submission, dtype_name):
 @pytest.mark.task("10.4", points=2)
 @pytest.mark.stage("gpu")
 @pytest.mark.parametrize("dtype_name", list(DTYPES))
+@pytest.mark.rule("int64-offsets")
 def test_gpu_exam_int64_far_end(submission, dtype_name):
     res = submission.run(_far_probe, dtype_name)
     dtype = DTYPES[dtype_name]

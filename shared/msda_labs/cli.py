@@ -251,7 +251,7 @@ def _cmd_grade(ns) -> int:
 
 def _cmd_sync(ns) -> int:
     from msda_labs.classroom.manifest import find_manifest, load_manifest
-    from msda_labs.handout import sync_lab
+    from msda_labs.handout import sync_lab, sync_ladder
 
     manifest = load_manifest(find_manifest())
     labs = [manifest.lab(key) for key in ns.labs] if ns.labs else \
@@ -262,9 +262,16 @@ def _cmd_sync(ns) -> int:
         if not chip.is_file():
             raise UsageProblem(f"{lab.id}: no chip at {chip}")
         drift += sync_lab(manifest.root / lab.folder, lab.id, chip, check=ns.check)
+    problems = []
+    if not ns.labs:  # the audit spans every lab: only a whole-course sync rewrites it
+        ladder_drift, problems = sync_ladder(
+            manifest.root, [(lab.id, lab.folder) for lab in labs], check=ns.check)
+        drift += ladder_drift
     for path in drift:
         print(("out of date: " if ns.check else "rewrote: ") + path)
-    return 1 if (ns.check and drift) else 0
+    for problem in problems:
+        print(f"ladder audit: {problem}")
+    return 1 if ((ns.check and drift) or problems) else 0
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from msda_labs.solution import strip
 
-__all__ = ["collect_tasks", "tasks_table", "sync_lab"]
+__all__ = ["collect_tasks", "collect_rules", "tasks_table", "sync_lab", "sync_ladder"]
 
 BEGIN, END = "<!-- tasks:begin -->", "<!-- tasks:end -->"
 
@@ -23,6 +23,8 @@ BEGIN, END = "<!-- tasks:begin -->", "<!-- tasks:end -->"
 class _Collector:
     def __init__(self):
         self.tasks: OrderedDict[str, list] = OrderedDict()
+        self.rules: OrderedDict[str, list[str]] = OrderedDict()  # rule -> test function names
+        self.gpu_tests: set[str] = set()
 
     def pytest_collection_finish(self, session):
         from msda_labs.grading.plugin import GRADE_KEY
@@ -38,10 +40,37 @@ class _Collector:
                 entry[2] += 1
                 if item.get_closest_marker("stage") is not None:
                     entry[3] = True
+                    self.gpu_tests.add(item.originalname)
+                for mark in item.iter_markers("rule"):
+                    for rule in mark.args:
+                        names = self.rules.setdefault(rule, [])
+                        if item.originalname not in names:
+                            names.append(item.originalname)
 
 
 def collect_tasks(lab_dir: Path) -> OrderedDict[str, list]:
     """{task id: [name, points, number of tests, has GPU tests]} from the lab's test markers."""
+    return _collect(lab_dir).tasks
+
+
+def collect_rules(lab_dir: Path) -> tuple[OrderedDict[str, list[str]], set[str]]:
+    """({ladder rule: [test function, ...]}, the GPU-stage test functions) from the markers."""
+    collector = _collect(lab_dir)
+    return collector.rules, collector.gpu_tests
+
+
+_COLLECTED: dict[Path, _Collector] = {}
+
+
+def _collect(lab_dir: Path) -> _Collector:
+    """One collection per lab folder per process (sync reads tasks and rules from it)."""
+    key = Path(lab_dir).resolve()
+    if key not in _COLLECTED:
+        _COLLECTED[key] = _run_collection(key)
+    return _COLLECTED[key]
+
+
+def _run_collection(lab_dir: Path) -> _Collector:
     import os
 
     import pytest
@@ -52,7 +81,7 @@ def collect_tasks(lab_dir: Path) -> OrderedDict[str, list]:
                         "--msda-stage", "all"], plugins=[collector])
     if int(code) not in (0, 5):
         raise RuntimeError(f"collecting the tests of {lab_dir} failed (pytest exit {int(code)})")
-    return collector.tasks
+    return collector
 
 
 def _size_hints(chip_text: str) -> dict[str, str]:
@@ -100,3 +129,36 @@ def sync_lab(lab_dir: Path, lab_id: str, chip: Path, check: bool = False) -> lis
                 if not check:
                     readme.write_text(new)
     return drift
+
+
+def ladder_cells(root: Path, labs) -> tuple[dict[tuple[str, str], list[str]], set[str]]:
+    """{(rule, lab id): [test, ...]} and the GPU-stage tests, over ``labs`` ((id, folder) pairs)."""
+    graded: dict[tuple[str, str], list[str]] = {}
+    gpu: set[str] = set()
+    for lab_id, folder in labs:
+        rules, gpu_tests = collect_rules(Path(root) / folder)
+        for rule, tests in rules.items():
+            graded[(rule, lab_id)] = list(tests)
+        gpu |= gpu_tests
+    return graded, gpu
+
+
+def sync_ladder(root: Path, labs, check: bool = False) -> tuple[list[str], list[str]]:
+    """Rewrite the audit table of ``docs/ladder.md`` from the tests' rule markers.
+
+    Returns (what differed, what is wrong with the cells: empty, contradictory, unknown).
+    """
+    from msda_labs import ladder
+
+    wanted = [(lab_id, folder) for lab_id, folder in labs if lab_id in ladder.LABS]
+    graded, gpu = ladder_cells(root, wanted)
+    problems = ladder.cell_problems(graded) if len(wanted) == len(ladder.LABS) else []
+    doc = Path(root) / ladder.DOC
+    text = doc.read_text() if doc.is_file() else ""
+    new = ladder.splice(text, ladder.render(graded, gpu))
+    drift = []
+    if new != text:
+        drift.append(f"{doc} (ladder table)")
+        if not check:
+            doc.write_text(new)
+    return drift, problems

@@ -136,9 +136,33 @@ def _exported_manifest(manifest: Manifest, lab: Lab) -> str:
     return header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
 
 
+def platform_note(lab: Lab) -> str:
+    """Where this lab's grader runs, from its stages: what requirements.txt and the grader allow.
+
+    The grader forks a child process per test (POSIX only), so no lab grades on native Windows;
+    triton is pinned for Linux only, so the Triton stages (interpret, aot, gpu) need Linux.
+    """
+    if all(stage.name == "cpu" for stage in lab.stages):
+        return (
+            "| where | this lab (plain PyTorch, no Triton) |\n|---|---|\n"
+            "| Linux, macOS (Python 3.11+) | runs natively |\n"
+            "| Windows | in WSL2 (Ubuntu), or in the devcontainer / a Codespace: the grader "
+            "starts each test in a forked process, which native Windows lacks |")
+    gpu = (" Its GPU stage (`nox -s " + lab.id + "-gpu`) needs a CUDA GPU or a Modal account."
+           if lab.has_gpu else "")
+    return (
+        "| where | this lab (Triton) |\n|---|---|\n"
+        "| Linux on x86-64 (Python 3.11+) | runs natively (triton is pinned for Linux only, "
+        "see `requirements.txt`) |\n"
+        "| macOS | in a Codespace (Linux x86-64); a local devcontainer on Apple silicon is "
+        "Linux on arm64, where the pinned triton may not install |\n"
+        "| Windows | in WSL2 (Ubuntu), or in the devcontainer / a Codespace |\n\n"
+        "The CPU stage runs your kernels in Triton's interpreter: no GPU needed." + gpu)
+
+
 def _readme(handout: str, manifest: Manifest, lab: Lab) -> str:
     start = workflows.fill(workflows.template("readme-start.md"), LAB=lab.id,
-                           COURSE_TITLE=manifest.title)
+                           COURSE_TITLE=manifest.title, PLATFORM=platform_note(lab))
     # After the handout's first part (title, goal, what you will learn), before its second.
     match = re.search(r"^## ", handout, flags=re.M)
     if match is None:

@@ -27,6 +27,7 @@ import pytest
 from msda_labs.grading.executor import Executor, InfrastructureError, Outcome
 from msda_labs.grading.results import ExerciseResult, GradeResult, TestResult
 from msda_labs.grading.rules import SourceInfo, forbidden_imports
+from msda_labs.ladder import RULES, unknown_rules
 
 __all__ = [
     "Submission",
@@ -213,6 +214,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "task(id, points): the course exercise this test grades and its points")
     config.addinivalue_line(
         "markers", "stage(name): 'gpu' for tests that need a CUDA device")
+    config.addinivalue_line(
+        "markers", "rule(name, ...): the ladder rules this test enforces (msda_labs.ladder.RULES)")
     config.stash[GRADE_KEY] = GradingSession(config)
 
 
@@ -254,6 +257,12 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             continue
         if not isinstance(points, int) or isinstance(points, bool) or points < 0:
             problems.append(f"{item.nodeid}: points must be a non-negative int, got {points!r}")
+            continue
+        rule_names = [name for m in item.iter_markers("rule") for name in m.args]
+        unknown = unknown_rules(rule_names)
+        if unknown or any(not m.args for m in item.iter_markers("rule")):
+            problems.append(f"{item.nodeid}: unknown ladder rule(s) {unknown or '(none named)'}; "
+                            f"the rules are {', '.join(RULES)} (msda_labs/ladder.py)")
             continue
         is_gpu = any(m.args and m.args[0] == "gpu" for m in item.iter_markers("stage"))
         if (gs.stage == "cpu" and is_gpu) or (gs.stage == "gpu" and not is_gpu) or \
