@@ -194,7 +194,9 @@ def run_toolcache(base: Path, dest: Path) -> Path:
     shared_site = next((version_dir / "x64").glob("lib/python*/site-packages"))
     home = dest / "Python" / version_dir.name / "x64"
     base_python = (version_dir / "x64" / "bin" / "python").resolve()
-    _run([str(base_python), "-m", "venv", str(home)])
+    # no pip or setuptools of its own: those of the shared tool cache are seen through the .pth,
+    # so pip does not "upgrade" a bundled setuptools on every run
+    _run([str(base_python), "-m", "venv", "--without-pip", str(home)])
     site = next(home.glob("lib/python*/site-packages"))
     (site / "msda-act-shared-toolcache.pth").write_text(str(shared_site) + "\n")
     _install_summary_tap(home)
@@ -212,7 +214,7 @@ def _install_summary_tap(home: Path) -> None:
 # $MSDA_ACT_ARTIFACTS, one folder per run that outlives act's job folders (act deletes the
 # folder of a job that succeeded) and that every job of the run shares, as GitHub's store is.
 _UPLOAD_STANDIN = """name: upload-artifact (act harness stand-in)
-description: Copies the files into $MSDA_ACT_ARTIFACTS/NAME.
+description: Copies the files into $MSDA_ACT_ARTIFACTS/NAME, rooted like the real action.
 inputs:
   name: {required: false, default: artifact}
   path: {required: true}
@@ -226,18 +228,34 @@ runs:
         PATHS: ${{ inputs.path }}
         IF_NONE: ${{ inputs.if-no-files-found }}
       run: |
-        dest="${MSDA_ACT_ARTIFACTS:?}/$NAME"; mkdir -p "$dest"; found=0
-        while IFS= read -r pattern; do
-          [ -z "$pattern" ] && continue
-          for item in $pattern; do
-            if [ -e "$item" ]; then cp -r "$item" "$dest/"; found=1; fi
-          done
-        done <<< "$PATHS"
-        if [ "$found" = 0 ]; then
-          if [ "$IF_NONE" = error ]; then echo "::error::no files for $NAME"; exit 1; fi
-          echo "::warning::no files found for artifact $NAME"
-        fi
-        echo "stored artifact $NAME"
+        python3 - <<'STANDIN'
+        # The artifact's root is the least common ancestor of the search paths (a folder
+        # counts as itself, a file as its folder), as actions/upload-artifact roots it.
+        import glob, os, shutil, sys
+        dest = os.path.join(os.environ["MSDA_ACT_ARTIFACTS"], os.environ["NAME"])
+        roots, files = [], []
+        for pattern in filter(None, (p.strip() for p in os.environ["PATHS"].splitlines())):
+            for item in glob.glob(pattern, recursive=True):
+                item = os.path.abspath(item)
+                if os.path.isdir(item):
+                    roots.append(item)
+                    files += [os.path.join(r, n) for r, _, ns in os.walk(item) for n in ns]
+                else:
+                    roots.append(os.path.dirname(item))
+                    files.append(item)
+        if not files:
+            if os.environ["IF_NONE"] == "error":
+                print(f"::error::no files for artifact {os.environ['NAME']}")
+                sys.exit(1)
+            print(f"::warning::no files found for artifact {os.environ['NAME']}")
+            sys.exit(0)
+        base = os.path.commonpath(roots)
+        for f in sorted(set(files)):
+            target = os.path.join(dest, os.path.relpath(f, base))
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.copy2(f, target)
+        print(f"stored {len(set(files))} file(s) as artifact {os.environ['NAME']}")
+        STANDIN
 """
 _DOWNLOAD_STANDIN = """name: download-artifact (act harness stand-in)
 description: Copies what the upload stand-in stored in $MSDA_ACT_ARTIFACTS into the workspace.

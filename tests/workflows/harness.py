@@ -21,7 +21,8 @@ from act_env import ActSetup, run_toolcache
 
 GIT = ["git", "-c", "user.name=msda-test", "-c", "user.email=msda-test@invalid",
        "-c", "commit.gpgsign=false", "-c", "init.defaultBranch=main"]
-_PREFIX = re.compile(r"^\[(?P<workflow>[^/\]]+)/(?P<job>[^\]]+)\] (?P<rest>.*)$")
+# act --log-prefix-job-id: "[job id] ..." (a matrix entry: "[job id-N] ...")
+_PREFIX = re.compile(r"^\[(?P<job>[^\]]+)\] (?P<rest>.*)$")
 _COMMAND = re.compile(r"^\s*(?:\S+\s+)?::(?P<kind>error|warning|notice)(?: (?P<props>[^:]*))?::"
                       r"(?P<message>.*)$")
 
@@ -116,7 +117,8 @@ def commit_all(repo: Path, message: str, date: str | None = None) -> None:
 def run_act(setup: ActSetup, repo: Path, work: Path, *, event: str = "push",
             payload: dict | None = None, job: str | None = None,
             inputs: dict | None = None, secrets: dict | None = None,
-            env: dict | None = None, timeout: float = 900) -> ActRun:
+            env: dict | None = None, extra_args: list[str] | None = None,
+            timeout: float = 900) -> ActRun:
     """Run ``act EVENT`` in ``repo`` with the pinned actions, on the host."""
     work.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(work / "toolcache", ignore_errors=True)
@@ -135,10 +137,15 @@ def run_act(setup: ActSetup, repo: Path, work: Path, *, event: str = "push",
     toolcache = run_toolcache(setup.toolcache, work / "toolcache")
     cmd = [str(setup.act), event, "-P", "ubuntu-latest=-self-hosted",
            "-P", "ubuntu-24.04=-self-hosted", "-e", str(event_file), *setup.mappings(),
+           "--log-prefix-job-id",
+           # one job at a time: the jobs of a run share its tool cache (a matrix would race
+           # its pip installs into it); GitHub gives each job a fresh runner instead
+           "--concurrent-jobs", "1",
            "--env", f"RUNNER_TOOL_CACHE={toolcache}",
            "--env", f"AGENT_TOOLSDIRECTORY={toolcache}",
            "--env", f"MSDA_ACT_SUMMARY_LOG={summary_log}",
            "--env", f"MSDA_ACT_ARTIFACTS={artifacts}"]
+    cmd += list(extra_args or [])
     if job:
         cmd += ["-j", job]
     for key, value in (inputs or {}).items():
