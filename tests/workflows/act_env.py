@@ -206,7 +206,11 @@ def run_toolcache(base: Path, dest: Path) -> Path:
 
 def _install_summary_tap(home: Path) -> None:
     site = next(home.glob("lib/python*/site-packages"))
-    (site / "sitecustomize.py").write_text(_SUMMARY_TAP)
+    target = site / "sitecustomize.py"
+    if not target.is_file() or target.read_text() != _SUMMARY_TAP:
+        partial = site / f".sitecustomize.{os.getpid()}.tmp"
+        partial.write_text(_SUMMARY_TAP)
+        os.replace(partial, target)  # other runs may start a Python meanwhile
 
 
 # upload-artifact and download-artifact cannot be run here (their built files are not at hand),
@@ -329,8 +333,17 @@ def setup() -> ActSetup:
     if actions is None and not online():
         raise Unavailable("no released copies of the pinned actions (../shared/actions or "
                           "MSDA_ACTIONS_DIR) and no network for act to fetch them from GitHub")
-    return ActSetup(act=ensure_act(), node_bin=ensure_node(), toolcache=ensure_toolcache(),
-                    actions=actions, torch_index_reachable=online("download.pytorch.org"))
+    import fcntl
+
+    # pytest-xdist workers set up at the same time: one installs, the others wait and reuse
+    with open(cache_dir() / "setup.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return ActSetup(act=ensure_act(), node_bin=ensure_node(),
+                            toolcache=ensure_toolcache(), actions=actions,
+                            torch_index_reachable=online("download.pytorch.org"))
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 if __name__ == "__main__":  # warm the cache: python tests/workflows/act_env.py
