@@ -23,7 +23,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import cheapest_lab, clean_env, grade_export, representative_lab, validate
+from classroom_kit import cheapest_lab, clean_env, grade_export, representative_lab, validate
 from kit import CHIPS, MANIFEST, all_tests, built_labs, chip_path
 
 from msda_labs.classroom import integrity

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import cheapest_lab, clean_env, validate
+from classroom_kit import cheapest_lab, clean_env, validate
 from kit import MANIFEST, ROOT, chip_path
 
 from msda_labs.classroom import platforms, workflows
