@@ -7,6 +7,7 @@
     nox -s regrade -- P   regrade a student's checkout with pristine grading files
     nox -s lint           ruff, and starters / task tables in step with chips and tests
     nox -s bench          the shipped operator vs the reference (and --peer ...) on a CUDA GPU
+    nox -s workflows      every shipped workflow end to end under act (a real Actions runner)
 
 Arguments after ``--`` go to the grader, e.g. ``nox -s lab05 -- --task 5.2``.
 """
@@ -163,3 +164,20 @@ def bench(session: nox.Session) -> None:
     if "--out" not in args:
         args = [*args, "--out", str(ROOT / "bench-results")]
     session.run("python", "-m", "msda_labs.gpu.opbench", *args)
+
+
+# ---- workflows (issue 9): every shipped workflow under act, a real Actions runner -------------
+@nox.session(default=False)
+def workflows(session: nox.Session) -> None:
+    """Run every shipped workflow end to end under act on this host (all 11 labs, the kit's
+    ci.yml and regrade.yml, the Gradescope and Classroom 50 layouts): nox -s workflows.
+
+    MSDA_ACT_LABS=subset|all|lab01,lab05 picks the labs (default here: all; the self-test runs
+    the subset); MSDA_ACTIONS_DIR the released actions (default ../shared/actions). act, Node 24
+    and the tool-cache Python are installed on first use under ~/.cache/msda-act.
+    """
+    _install(session, "requirements-dev.txt")
+    env = {"MSDA_ACT_LABS": os.environ.get("MSDA_ACT_LABS", "all")}
+    workers = os.environ.get("MSDA_SELFTEST_WORKERS", "2")
+    session.run("python", "-m", "pytest", str(ROOT / "tests" / "workflows"), "-n", workers,
+                "-q", "-p", "no:cacheprovider", "-rs", *session.posargs, env=env)

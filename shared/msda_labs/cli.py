@@ -246,7 +246,25 @@ def _cmd_grade(ns) -> int:
     if summary and ns.summary:
         with open(summary, "a") as fh:
             fh.write(render_markdown(result))
+    if ns.annotations:
+        _print_annotations(ns.lab, result)
     return 0
+
+
+def _print_annotations(lab_key: str, result) -> None:
+    """GitHub workflow commands pointing at the graded functions (msda_labs.grading.annotations);
+    file paths are relative to $GITHUB_WORKSPACE (else the current folder)."""
+    from msda_labs.grading.annotations import annotation_lines
+
+    module = Path(result.submission).resolve()
+    base = Path(os.environ.get("GITHUB_WORKSPACE") or Path.cwd()).resolve()
+    try:
+        label = module.relative_to(base).as_posix()
+    except ValueError:
+        label = module.name
+    tests = resolve_lab(lab_key).folder / "tests"
+    for line in annotation_lines(result, module, tests, label):
+        print(line)
 
 
 def _cmd_sync(ns) -> int:
@@ -287,6 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--markdown", metavar="OUT", help="write the result as Markdown to OUT")
     g.add_argument("--summary", action="store_true",
                    help="append the Markdown report to $GITHUB_STEP_SUMMARY")
+    g.add_argument("--annotations", action="store_true",
+                   help="print a GitHub annotation per exercise that did not pass, at the def "
+                        "line of the function it grades")
     g.add_argument("--stage", choices=["cpu", "gpu", "all"], default="cpu",
                    help="cpu (default): every test that needs no GPU; gpu: the GPU stage")
     g.add_argument("--task", action="append", metavar="ID", help="grade only task ID (e.g. 1.2)")

@@ -23,7 +23,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import cheapest_lab, clean_env, grade_export, representative_lab, validate
+from classroom_kit import cheapest_lab, clean_env, grade_export, representative_lab, validate
 from kit import CHIPS, MANIFEST, all_tests, built_labs, chip_path
 
 from msda_labs.classroom import integrity
@@ -286,13 +286,19 @@ def test_gradescope_autograder_end_to_end(tmp_path):
 
 
 def test_classroom50_autograder_restores_and_reports(exports, tmp_path):
-    assert main(["export", CHEAP, "--classroom50", str(tmp_path / "c50"),
+    assert main(["export", CHEAP, "--classroom50", str(tmp_path / "c50"), "--classroom", "msda",
                  "--assignment", "spec"]) == 0
-    autograder = tmp_path / "c50" / "autograders" / "spec" / "autograder.py"
+    # where Classroom 50 bundles it from: <classroom>/autograders/<assignment>/
+    autograder = tmp_path / "c50" / "msda" / "autograders" / "spec" / "autograder.py"
     assert autograder.is_file()
     checkout = _copy(exports[CHEAP], tmp_path / "student")
     shutil.copy2(chip_path(CHEAP), checkout / f"{CHEAP}.py")
     changed = _tamper(checkout)
+    git = ["git", "-c", "user.name=a", "-c", "user.email=a@invalid"]
+    subprocess.run(["git", "init", "-q"], cwd=checkout, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=checkout, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "submit"], cwd=checkout, check=True,
+                   env=clean_env(GIT_COMMITTER_DATE="2027-01-02T03:04:05Z"))
     env = clean_env(MSDA_SKIP_INSTALL="1", CLASSROOM="msda", ASSIGNMENT="spec",
                     USERNAME="ada", SUBMISSION_TAG="submit/20270101T000000Z-abc1234")
     proc = subprocess.run([sys.executable, str(autograder)], cwd=checkout, env=env,
@@ -300,6 +306,8 @@ def test_classroom50_autograder_restores_and_reports(exports, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads((checkout / "result.json").read_text())
     validate(data, "classroom50-result")
+    assert data["datetime"] == "2027-01-02T03:04:05Z"  # the graded commit's date
+    assert data["graded_at"] != data["datetime"] and data["assignment_type"] == "individual"
     assert (data["classroom"], data["assignment"], data["owner"]) == ("msda", "spec", "ada")
     graded = [t for t in data["tests"] if not t["test-name"].startswith("integrity")]
     assert data["score"] == data["max-score"] == sum(t["max-score"] for t in graded) > 0

@@ -4,7 +4,7 @@ import base64
 import json
 
 import pytest
-from conftest import validate
+from classroom_kit import validate
 
 from msda_labs.classroom import platforms
 from msda_labs.cli import main

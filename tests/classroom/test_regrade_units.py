@@ -5,7 +5,7 @@ import csv
 import shutil
 
 import pytest
-from conftest import cheapest_lab
+from classroom_kit import cheapest_lab
 
 from msda_labs.classroom import integrity, regrade
 from msda_labs.grading.results import ExerciseResult, GradeResult

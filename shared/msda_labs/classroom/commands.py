@@ -2,7 +2,8 @@
 
     python -m msda_labs export LAB|all --out DIR [--git] [--force] [--reporter-action A@SHA]
     python -m msda_labs export LAB --gradescope OUT.zip        Gradescope autograder zip
-    python -m msda_labs export LAB --classroom50 DIR           Classroom 50 custom autograder
+    python -m msda_labs export LAB --classroom50 REPO --classroom NAME [--assignment A]
+                         Classroom 50 autograder: REPO/NAME/autograders/A/autograder.py
     python -m msda_labs regrade PATH [--lab LAB] [--seed N] [--json OUT] [--gpu]
     python -m msda_labs regrade FOLDER --gradebook gradebook.csv [--prefix PREFIX]
     python -m msda_labs report grade.json --format FORMAT [--out FILE] [--github-output KEY]
@@ -50,6 +51,10 @@ def _cmd_export(ns) -> int:
             labs = [lab for lab in manifest.labs if lab.built]
         else:
             labs = [manifest.lab(key) for key in ns.labs]
+        if ns.classroom50 and not ns.classroom:
+            raise _problem("--classroom50 REPO needs --classroom NAME, the classroom's short "
+                           "name: the autograder goes to REPO/NAME/autograders/<assignment>/, "
+                           "the only place Classroom 50 bundles it from")
         if ns.assignment and len(labs) != 1:
             raise _problem("--assignment names one lab's assignment; export one lab with it")
         if ns.out:
@@ -67,7 +72,8 @@ def _cmd_export(ns) -> int:
                     print(f"gradescope autograder {target}")
                 if ns.classroom50:
                     target = classroom50_autograder(manifest, lab, Path(ns.classroom50),
-                                                    Path(tmp) / f"c50-{lab.id}", ns.assignment)
+                                                    Path(tmp) / f"c50-{lab.id}", ns.assignment,
+                                                    ns.classroom)
                     print(f"classroom 50 autograder {target}")
     except (ExportError, ManifestError, ValueError) as exc:
         raise _problem(str(exc)) from None
@@ -213,8 +219,12 @@ def register(subparsers) -> None:
                         "reporter step")
     e.add_argument("--gradescope", metavar="PATH",
                    help="write the Gradescope autograder zip (PATH.zip for one lab, else a folder)")
-    e.add_argument("--classroom50", metavar="DIR",
-                   help="write DIR/autograders/<assignment>/autograder.py for Classroom 50")
+    e.add_argument("--classroom50", metavar="REPO",
+                   help="the root of your classroom50 repository checkout: writes "
+                        "REPO/<classroom>/autograders/<assignment>/autograder.py")
+    e.add_argument("--classroom", metavar="NAME",
+                   help="Classroom 50 classroom short name (its folder in the classroom50 "
+                        "repository); required with --classroom50")
     e.add_argument("--assignment", metavar="NAME",
                    help="Classroom 50 assignment name (default: the lab's folder name)")
     e.set_defaults(func=_cmd_export)

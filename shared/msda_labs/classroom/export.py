@@ -38,7 +38,8 @@ from msda_labs.classroom import integrity, workflows
 from msda_labs.classroom.manifest import Lab, Manifest, load_manifest
 
 __all__ = ["ExportError", "export_lab", "export_labs", "find_leaks", "solution_blocks",
-           "gradescope_zip", "classroom50_autograder", "pristine_bundle"]
+           "gradescope_zip", "classroom50_autograder", "classroom50_target",
+           "pristine_bundle"]
 
 # Never copied from a lab folder or the shared package.
 _SKIP_NAMES = {"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".nox", ".venv",
@@ -286,15 +287,41 @@ def gradescope_zip(manifest: Manifest, lab: Lab, zip_path: Path, work: Path) -> 
     return zip_path
 
 
+# Classroom 50's runner accepts classroom and assignment names of this shape (its autograde
+# runner validates .classroom50.yaml with the same pattern).
+_C50_SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{1,38}$")
+
+
+def classroom50_target(out: Path, classroom: str, assignment: str) -> Path:
+    """Where Classroom 50 looks for an assignment's custom autograder in the ``classroom50``
+    repository: ``<repo>/<classroom>/autograders/<assignment>/autograder.py``.
+
+    Its publish workflow bundles each ``<classroom>/autograders/<assignment>/`` folder into
+    ``<classroom>/autograders/<assignment>.tar.gz`` on the Pages site, and its runner downloads
+    that bundle and runs ``<assignment>/autograder.py`` from it; a file anywhere else is never
+    bundled, and the submission falls back to the classroom's default autograder.
+    """
+    for what, value in (("classroom", classroom), ("assignment", assignment)):
+        if not _C50_SLUG.match(value or ""):
+            raise ExportError(f"Classroom 50 {what} name {value!r}: use the short name Classroom "
+                              f"50 gave it (lowercase letters, digits and '-', 2 to 39 "
+                              f"characters, e.g. msda-2027 or lab-05)")
+    return Path(out) / classroom / "autograders" / assignment / "autograder.py"
+
+
 def classroom50_autograder(manifest: Manifest, lab: Lab, out: Path, work: Path,
-                           assignment: str | None = None) -> Path:
-    """``out/autograders/<assignment>/autograder.py`` for a Classroom 50 classroom repository."""
+                           assignment: str | None = None, classroom: str | None = None) -> Path:
+    """Write the Classroom 50 custom autograder of ``lab`` into ``out``, the root of a checkout
+    of the classroom's ``classroom50`` repository (see :func:`classroom50_target`)."""
+    if not classroom:
+        raise ExportError("--classroom50 needs --classroom NAME: the short name of the classroom "
+                          "(its folder in the classroom50 repository)")
+    target = classroom50_target(out, classroom, assignment or lab.folder)
     export_dir = export_lab(manifest, lab, work, force=True)
     blob = base64.b64encode(pristine_bundle(export_dir)).decode()
     wrapped = "\n".join(blob[i:i + 96] for i in range(0, len(blob), 96))
     text = workflows.fill(workflows.template("classroom50-autograder.py"), LAB=lab.id,
                           TITLE=lab.title, PYTHON=manifest.python, PRISTINE=wrapped)
-    target = Path(out) / "autograders" / (assignment or lab.folder) / "autograder.py"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text)
     target.chmod(0o755)

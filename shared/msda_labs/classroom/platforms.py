@@ -22,7 +22,7 @@ from msda_labs.grading.render import render_markdown
 from msda_labs.grading.results import GradeResult
 
 __all__ = ["label_of", "github_classroom_result", "encode_github_classroom",
-           "decode_github_classroom", "reporter_output", "classroom50_result",
+           "decode_github_classroom", "reporter_output", "classroom50_result", "commit_datetime",
            "gradescope_results", "CLASSROOM50_SCHEMA"]
 
 CLASSROOM50_SCHEMA = "classroom50/result/v1"
@@ -73,49 +73,182 @@ def decode_github_classroom(value: str) -> dict:
     return json.loads(base64.b64decode(value.strip()).decode())
 
 
-def reporter_output(runners: Mapping[str, dict]) -> tuple[list[str], bool]:
-    """What autograding-grading-reporter prints for decoded runner results.
+_RESET, _GREEN, _RED, _MAGENTA, _CYAN = "\x1b[0m", "\x1b[32m", "\x1b[31m", "\x1b[35m", "\x1b[36m"
+_GREY, _FG_OFF = "\x1b[90m", "\x1b[39m"
+_TABLE_WIDTHS = (20, 13, 13)
+_ROCKETS, _CYCLE, _TROPHY = "\U0001F680" * 24, "\U0001F504", "\U0001F3C6"
+_CHECK, _CROSS, _LINE, _BAR, _ELLIPSIS = "\u2705", "\u274c", "\u2500", "\u2502", "\u2026"
 
-    Returns the lines (a per-test table, the total, and the two ``::notice`` workflow commands
-    that GitHub Classroom read: ``Points X/Y`` and ``{"totalPoints":X,"maxPoints":Y}``) and
-    whether the job should fail (a runner whose status is fail or error).
+
+def _js_number(value: float) -> str:
+    """A number as JavaScript's String(n) writes it (for the values a reporter can see)."""
+    if value != value:
+        return "NaN"
+    if float(value).is_integer() and abs(value) < 1e21:
+        return str(int(value))
+    return repr(float(value))
+
+
+def _js_fixed(value: float, digits: int) -> str:
+    """JavaScript's Number.prototype.toFixed: the exact binary value, ties rounded up."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    return str(Decimal(value).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))
+
+
+def _table_colours(env: Mapping[str, str]) -> bool:
+    """Whether the reporter's table library colours its borders here: the environment test of
+    the colour library it bundles (so a CI runner, which sets CI, gets a plain table)."""
+    import re
+
+    forced = None
+    if "FORCE_COLOR" in env:
+        value = env["FORCE_COLOR"]
+        forced = len(value) == 0 or not value.strip().lstrip("-").isdigit() or int(value) != 0
+        if not forced:
+            return False
+    if "CI" in env:
+        return any(k in env for k in ("TRAVIS", "CIRCLECI", "APPVEYOR", "GITLAB_CI")) or \
+            env.get("CI_NAME") == "codeship" or bool(forced)
+    if "TEAMCITY_VERSION" in env:
+        return bool(re.match(r"^(9\.(0*[1-9]\d*)\.|\d{2,}\.)", env["TEAMCITY_VERSION"]))
+    if env.get("TERM_PROGRAM") in ("iTerm.app", "Hyper", "Apple_Terminal"):
+        return True
+    term = env.get("TERM", "")
+    if re.search(r"-256(color)?$", term, re.I) or \
+            re.search(r"^screen|^xterm|^vt100|^rxvt|color|ansi|cygwin|linux", term, re.I) or \
+            "COLORTERM" in env:
+        return True
+    return bool(forced)
+
+
+def _table(rows: list[list[str]], colours: bool) -> list[str]:
+    """The reporter's summary table (cli-table3: grey borders and a red header when colours are
+    on, padding 1, cells cut with an ellipsis to fit)."""
+    grey, off, red = (_GREY, _FG_OFF, _RED) if colours else ("", "", "")
+
+    def cell(text: str, width: int) -> str:
+        room = width - 2
+        text = text if len(text) <= room else text[:room - 1] + _ELLIPSIS
+        return f" {text:<{room}} "
+
+    def rule(left: str, mid: str, right: str) -> str:
+        parts = [grey + (left if i == 0 else mid) + _LINE * w + (right if i == 2 else "")
+                 + off for i, w in enumerate(_TABLE_WIDTHS)]
+        return "".join(parts)
+
+    def row(cells: list[str], head: bool = False) -> str:
+        bar = grey + _BAR + off
+        out = ""
+        for text, width in zip(cells, _TABLE_WIDTHS):
+            body = cell(text, width)
+            out += bar + (f"{red}{body}{off}" if head else body)
+        return out + bar
+
+    lines = [rule("\u250c", "\u252c", "\u2510"), row(rows[0], head=True)]
+    for data in rows[1:]:
+        lines += [rule("\u251c", "\u253c", "\u2524"), row(data)]
+    lines.append(rule("\u2514", "\u2534", "\u2518"))
+    return lines
+
+
+def reporter_output(runners: Mapping[str, dict],
+                    env: Mapping[str, str] | None = None) -> tuple[list[str], bool]:
+    """What autograding-grading-reporter v1 (commit d13b5912) prints for decoded runner results,
+    line for line, colours included; and whether it fails the job.
+
+    Its arithmetic, read from its dist/main.js: per runner it prints "Total points" and a table
+    row of (tests passed / tests) x max_score, with two decimals in the line; the ``Points X/Y``
+    notice that GitHub Classroom read (and ``{"totalPoints":X,"maxPoints":Y}``) sums each test's
+    ``score`` over the runners that have a max_score. The two agree only when every test weighs
+    the same; the notice is the grade. The job fails when a runner's status is fail (or error).
     """
     lines: list[str] = []
-    total = maximum = 0
-    failed = False
-    for runner_id, data in runners.items():
-        lines.append(f"Runner {runner_id}")
-        for test in data.get("tests", []):
-            mark = "pass" if test["status"] == "pass" else test["status"].upper()
-            lines.append(f"  [{mark:>5}] {test['name']}: {test['score']} pts")
-            if test["status"] != "pass" and test.get("message"):
-                lines.append(f"          {test['message']}")
-        score = sum(int(t["score"]) for t in data.get("tests", []))
-        lines.append(f"  runner total: {score}/{data['max_score']}")
-        total += score
-        maximum += int(data["max_score"])
-        failed = failed or data.get("status") in ("fail", "error")
-    lines.append(f"Grand total: {total}/{maximum}")
-    if maximum > 0:  # like the action: nothing is reported when no runner has points
-        lines.append(f"::notice title=Autograding complete::Points {total}/{maximum}")
-        report = json.dumps({"totalPoints": total, "maxPoints": maximum}, separators=(",", ":"))
+    rows = [["Test Runner Name", "Test Score", "Max Score"]]
+    passed_all = tests_all = 0
+    for index, (runner_id, data) in enumerate(runners.items()):
+        tests = data.get("tests", [])
+        maximum = data.get("max_score") or 0
+        passed = sum(1 for t in tests if t.get("status") == "pass")
+        fraction_score = passed / len(tests) * maximum if tests else float("nan")
+        if index > 0:
+            lines += [f"{_MAGENTA}{_ROCKETS}{_RESET}", ""]
+        lines.append(f"{_CYCLE} Processing: {runner_id}")
+        for test in tests:
+            where = f" - line {test['line_no']}" if test.get("line_no") else ""
+            if test.get("status") == "pass":
+                lines.append(f"{_GREEN}{_CHECK} {test['name']}{where}{_RESET}")
+            elif test.get("status") == "error":
+                fallback = "Failed to run test '" + test["name"] + "'"
+                lines += [f"Error: {test.get('message') or fallback}", _RESET]
+            else:
+                lines.append(f"{_RED}{_CROSS} {test['name']}{where}{_RESET}")
+            if test.get("test_code"):
+                lines += ["Test code:", test["test_code"], ""]
+        passed_all += passed
+        tests_all += len(tests)
+        if maximum != 0:
+            lines += [f"Total points for {runner_id}: {_js_fixed(fraction_score, 2)}/{maximum}",
+                      ""]
+        rows.append([runner_id.strip(), _js_number(fraction_score), _js_number(maximum)])
+    lines.append(f"{_MAGENTA}Test runner summary{_MAGENTA}")
+    total_score = sum(float(r[1]) for r in rows[1:])
+    total_max = sum(float(r[2]) for r in rows[1:])
+    lines += _table(rows + [["Total: ", _js_number(total_score), _js_number(total_max)]],
+                    _table_colours(os.environ if env is None else env))
+    lines += [f"{_CYAN}{_TROPHY} Grand total tests passed: {passed_all}/{tests_all}{_RESET}", ""]
+    points = maximum_points = 0
+    for data in runners.values():
+        if data.get("max_score"):
+            maximum_points += data["max_score"]
+            points += sum(t.get("score", 0) for t in data.get("tests", []))
+    if maximum_points:  # like the action: nothing is reported when no runner has points
+        lines.append(f"::notice title=Autograding complete::Points {points}/{maximum_points}")
+        report = json.dumps({"totalPoints": points, "maxPoints": maximum_points},
+                            separators=(",", ":"))
         lines.append(f"::notice title=Autograding report::{report}")
-    return lines, failed
+    statuses = [data.get("status") for data in runners.values()]
+    if "fail" in statuses:
+        lines.append("::error::Some tests failed.")
+    elif "error" in statuses:
+        lines.append("::error::Some tests errored.")
+    return lines, "fail" in statuses or "error" in statuses
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _utc(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def classroom50_result(result: GradeResult, env: Mapping[str, str] | None = None) -> dict:
+def commit_datetime(checkout, commit: str = "") -> datetime | None:
+    """The committer date of ``commit`` (default HEAD) in the git checkout ``checkout``, or None
+    when there is no such history."""
+    import subprocess
+
+    proc = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(checkout), "log", "-1",
+                           "--format=%ct", commit or "HEAD", "--"], capture_output=True, text=True)
+    stamp = proc.stdout.strip()
+    if proc.returncode != 0 or not stamp.isdigit():
+        return None
+    return datetime.fromtimestamp(int(stamp), tz=timezone.utc)
+
+
+def classroom50_result(result: GradeResult, env: Mapping[str, str] | None = None, *,
+                       committed: datetime | None = None,
+                       graded: datetime | None = None) -> dict:
     """A Classroom 50 custom autograder's ``result.json``.
 
     The identifying fields come from the environment Classroom 50 gives the autograder
     (CLASSROOM, ASSIGNMENT, USERNAME or OWNER, SUBMISSION_TAG, COMMIT_URL, RELEASE_URL,
-    REVIEW_URL); missing ones are empty strings. When integrity was checked, a 0-point test
-    says whether the grading files were as published (it fails, naming them, when not).
+    REVIEW_URL, ASSIGNMENT_TYPE, GITHUB_ACTOR and GITHUB_ACTOR_ID); missing ones are empty
+    strings. ``datetime`` is the submission instant, the graded commit's committer date
+    (``committed``; the grading time only when no commit is known), and ``graded_at`` the grading
+    time, as Classroom 50's runner writes them (it stamps both, with ``owner``,
+    ``assignment_type`` and ``submitted_by``, over what an autograder wrote). When integrity was
+    checked, a 0-point test says whether the grading files were as published (it fails, naming
+    them, when not).
     """
     env = os.environ if env is None else env
+    now = graded or datetime.now(timezone.utc)
     tests = [{"test-name": label_of(ex, t), "passed": t.status == "passed",
               "score": int(t.score), "max-score": int(t.max_score)} for ex, t in result.tests()]
     info = result.integrity
@@ -125,20 +258,28 @@ def classroom50_result(result: GradeResult, env: Mapping[str, str] | None = None
         tests.append({"test-name": "integrity: grading files as published"
                       + (f" (changed: {', '.join(changed)})" if changed else ""),
                       "passed": not changed, "score": 0, "max-score": 0})
-    return {
+    data = {
         "schema": CLASSROOM50_SCHEMA,
         "classroom": env.get("CLASSROOM", ""),
         "assignment": env.get("ASSIGNMENT", ""),
+        "assignment_type": env.get("ASSIGNMENT_TYPE") or "individual",
         "owner": env.get("OWNER") or env.get("USERNAME", ""),
         "submission": env.get("SUBMISSION_TAG", ""),
         "commit": env.get("COMMIT_URL", ""),
         "release": env.get("RELEASE_URL", ""),
         "review": env.get("REVIEW_URL", ""),
-        "datetime": _now(),
+        "datetime": _utc(committed or now),
+        "graded_at": _utc(now),
         "score": int(result.score),
         "max-score": int(result.max_score),
         "tests": tests,
     }
+    actor = (env.get("GITHUB_ACTOR") or "").strip()
+    if actor:
+        actor_id = (env.get("GITHUB_ACTOR_ID") or "").strip()
+        data["submitted_by"] = {"username": actor,
+                                "id": int(actor_id) if actor_id.isdigit() else None}
+    return data
 
 
 def gradescope_results(result: GradeResult, *, execution_time: float | None = None,

@@ -166,8 +166,14 @@ def regrade_checkout(checkout: Path, *, pristine: Path | None = None, lab_id: st
     restored = found["modified"]
     # What the checkout changed against its own manifest (the export it started from): student
     # edits, unless the manifest was edited too. The rest of `restored` is the kit's own drift
-    # since that export (use --pristine with the published export to see none).
-    tampered = own["modified"] if own.get("checked") else restored
+    # since that export (use --pristine with the published export to see none). A checkout
+    # without a manifest (a Gradescope upload of labNN.py alone) is compared with the pristine
+    # copy instead: files it lacks were supplied, not changed, so only files that differ (or
+    # were added) count.
+    if own.get("checked"):
+        tampered = own["modified"]
+    else:
+        tampered = sorted(set(found["changed"]) | set(found["added"]))
     result.integrity = {"checked": True, "modified": [], "restored": restored,
                         "tampered": tampered, "changed": found["changed"],
                         "missing": found["missing"], "added": found["added"], "source": label}
@@ -175,7 +181,8 @@ def regrade_checkout(checkout: Path, *, pristine: Path | None = None, lab_id: st
     if tampered:
         head.append(f"the checkout had changed grading files, restored before grading: "
                     f"{', '.join(tampered)}")
-    drift = [p for p in restored if p not in tampered]
+    absent = set(found["missing"]) if not own.get("checked") else set()
+    drift = [p for p in restored if p not in tampered and p not in absent]
     if drift:
         head.append(f"{len(drift)} grading file(s) of the checkout's export differ from {label} "
                     f"and were replaced too: {', '.join(drift[:5])}"

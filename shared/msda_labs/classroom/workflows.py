@@ -12,21 +12,30 @@ from importlib import resources
 
 from msda_labs.classroom.manifest import Lab, Manifest
 
-__all__ = ["ACTIONS", "template", "fill", "reporter_env", "render_workflow", "render_noxfile",
+__all__ = ["ACTIONS", "REPORTER_ACTION", "template", "fill", "reporter_env", "render_workflow",
+           "render_noxfile",
            "render_devcontainer", "WORKFLOW_PATH"]
 
 WORKFLOW_PATH = ".github/workflows/classroom.yml"
 
-# Third-party actions, pinned by full commit SHA (the version in the trailing comment). One place
-# to update them; `zizmor --offline` checks the pinning, not the mapping of SHA to version.
+# Third-party actions, pinned by full commit SHA (the release in the trailing comment). One place
+# to update them; `zizmor --offline` checks the pinning, not the mapping of SHA to release. These
+# are node24 releases (GitHub's hosted runners dropped Node 20 in 2026); the commits were read from
+# the actions' own repositories (tag -> commit), as listed in ../shared/actions/README.md.
 ACTIONS = {
-    "CHECKOUT": "actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683 # v4.2.2",
-    "SETUP_PYTHON": "actions/setup-python@0b93645e9fea7318ecaed2b359559ac225c90a2b # v5.3.0",
-    "UPLOAD_ARTIFACT": "actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02 # v4.6.2",
+    "CHECKOUT": "actions/checkout@3d3c42e5aac5ba805825da76410c181273ba90b1 # v7.0.1",
+    "SETUP_PYTHON": "actions/setup-python@5fda3b95a4ea91299a34e894583c3862153e4b97 # v7.0.0",
+    "UPLOAD_ARTIFACT": "actions/upload-artifact@bbbca2ddaa5d8feaa63e36b76fdaad77386f024f # v7.0.0",
     # Used by the kit's own .github/workflows/regrade.yml (the gradebook job), not by exports.
     "DOWNLOAD_ARTIFACT":
-        "actions/download-artifact@fa0a91b85d4f404e444e00e005971372dc801d16 # v4.1.8",
+        "actions/download-artifact@3e5f45b2cfb9172054b4087a40e8e0b5a5461e7c # v8.0.1",
 }
+# GitHub Classroom's reporter, for `export --reporter-action`. Its v1 release is its only commit
+# that runs (the branch head has no dist/ to execute). v1 declares node20 and has no newer
+# release; since 2 June 2026 hosted runners run node20 actions on Node 24 (Node 20 itself was
+# removed on 16 September 2026), which is how the act harness runs it too.
+REPORTER_ACTION = ("classroom-resources/autograding-grading-reporter@"
+                   "d13b5912daf5042ac1b71bc38bdb4a6bcd61d8ca")
 _PINNED = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_./-]+@[0-9a-f]{40}$")
 _PLACEHOLDER = re.compile(r"@@[A-Z0-9_]+@@")
 
@@ -65,8 +74,9 @@ def render_workflow(manifest: Manifest, lab: Lab, reporter_action: str | None = 
         if not _PINNED.match(reporter_action):
             raise ValueError(f"--reporter-action {reporter_action!r}: give OWNER/REPO@SHA with the "
                              f"full 40-character commit SHA (a tag can be moved)")
-        reporter = fill(template("workflow-reporter-action.yml"), ACTION=reporter_action,
-                        **common)
+        action = reporter_action + (" # v1 (node20)" if reporter_action == REPORTER_ACTION
+                                    else "")
+        reporter = fill(template("workflow-reporter-action.yml"), ACTION=action, **common)
     else:
         reporter = fill(template("workflow-reporter-builtin.yml"), **common)
     gpu = lab.stage("gpu")

@@ -15,6 +15,15 @@ def _status_word(ex) -> str:
     return {"passed": "", "not_attempted": "  not attempted"}.get(ex.status, "")
 
 
+def _test_lines(ex) -> list[str]:
+    """The terminal's lines under an exercise: each test that did not pass, with its feedback
+    (a named mistake when the grader recognised one)."""
+    if ex.status == "not_attempted":
+        return []
+    return [f"{_LABEL[t.status]}: {t.name}: {t.message or t.status}"
+            for t in ex.tests if t.status != "passed"]
+
+
 def render_terminal(result: GradeResult, width: int = 100) -> str:
     title = f"{result.lab}  {result.title}".rstrip()
     lines = [f"== {title} " + "=" * max(0, width - len(title) - 4)]
@@ -30,13 +39,7 @@ def render_terminal(result: GradeResult, width: int = 100) -> str:
     for ex in result.exercises:
         lines.append(f"  Task {ex.id:<5} {ex.name:<{name_w}}  {ex.score:>3}/{ex.max_score:<3}"
                      f"{_status_word(ex)}")
-        if ex.status == "not_attempted":
-            continue
-        for test in ex.tests:
-            if test.status == "passed":
-                continue
-            message = test.message or test.status
-            lines.append(f"      {_LABEL[test.status]}: {test.name}: {message}")
+        lines += [f"      {line}" for line in _test_lines(ex)]
     lines.append(f"  {'Total':<{name_w + 12}}{result.score:>3}/{result.max_score}")
     return "\n".join(lines)
 
@@ -46,6 +49,8 @@ def _md_escape(text: str) -> str:
 
 
 def render_markdown(result: GradeResult) -> str:
+    """The terminal's report as Markdown: the same rows (task, exercise, points, status) and the
+    same feedback lines under each, named mistakes included, as one table."""
     out = [f"## {result.lab} {result.title}: {result.score}/{result.max_score}", ""]
     modified = result.integrity.get("modified") or []
     if modified:
@@ -53,16 +58,10 @@ def render_markdown(result: GradeResult) -> str:
                 f"below is not trustworthy until an instructor regrades.", ""]
     for note in result.notes:
         out.append(f"*{_md_escape(note)}*")
-    out += ["| Task | Exercise | Points | Status |", "|---|---|---|---|"]
+    out += ["| Task | Exercise | Points | Status | What went wrong |", "|---|---|---|---|---|"]
     for ex in result.exercises:
-        out.append(f"| {ex.id} | `{ex.name}` | {ex.score}/{ex.max_score} | "
-                   f"{ex.status.replace('_', ' ')} |")
-    failing = [(ex, t) for ex, t in result.tests()
-               if t.status not in ("passed", "not_attempted")]
-    if failing:
-        out += ["", "<details open><summary>What went wrong</summary>", ""]
-        for ex, test in failing:
-            out.append(f"- **Task {ex.id}** `{_md_escape(test.name)}` ({test.status}): "
-                       f"{_md_escape(test.message)}")
-        out += ["", "</details>"]
+        wrong = "<br>".join(f"`{_md_escape(line)}`" for line in _test_lines(ex))
+        out.append(f"| {ex.id} | `{_md_escape(ex.name)}` | {ex.score}/{ex.max_score} | "
+                   f"{ex.status.replace('_', ' ')} | {wrong} |")
+    out.append(f"| | **Total** | **{result.score}/{result.max_score}** | | |")
     return "\n".join(out) + "\n"

@@ -3,16 +3,24 @@
 # Runs once when the image is built: a virtualenv with the pinned grader (torch's CPU build).
 # The pins need Python 3.11 or newer (numpy 2.4); Ubuntu 22.04 ships it as python3.11 (universe),
 # Ubuntu 24.04 as python3.12.
+#
+# For a dry run outside Gradescope (the kit's own tests do this): AUTOGRADER_ROOT is the folder
+# laid out like /autograder, MSDA_SETUP_PYTHON a Python 3.11+ to use instead of installing one
+# with apt, MSDA_VENV_OPTIONS extra options of `python -m venv`. Gradescope sets none of them.
 set -euo pipefail
-apt-get update
-PY=""
-for candidate in @@PY_CANDIDATES@@; do
-    if apt-cache show "$candidate-venv" >/dev/null 2>&1; then PY="$candidate"; break; fi
-done
-if [ -z "$PY" ]; then echo "setup.sh: no Python 3.11+ package on this image" >&2; exit 1; fi
-apt-get install -y --no-install-recommends "$PY" "$PY-venv"
-"$PY" -m venv /autograder/venv
-/autograder/venv/bin/python -m pip install --upgrade pip
-/autograder/venv/bin/python -m pip install --extra-index-url https://download.pytorch.org/whl/cpu \
-    -r /autograder/source/lab/requirements.txt
-/autograder/venv/bin/python -m pip install -e /autograder/source/lab/shared
+ROOT="${AUTOGRADER_ROOT:-/autograder}"
+PY="${MSDA_SETUP_PYTHON:-}"
+if [ -z "$PY" ]; then
+    apt-get update
+    for candidate in @@PY_CANDIDATES@@; do
+        if apt-cache show "$candidate-venv" >/dev/null 2>&1; then PY="$candidate"; break; fi
+    done
+    if [ -z "$PY" ]; then echo "setup.sh: no Python 3.11+ package on this image" >&2; exit 1; fi
+    apt-get install -y --no-install-recommends "$PY" "$PY-venv"
+fi
+# shellcheck disable=SC2086  # MSDA_VENV_OPTIONS is a list of options
+"$PY" -m venv ${MSDA_VENV_OPTIONS:-} "$ROOT/venv"
+"$ROOT/venv/bin/python" -m pip install --upgrade pip
+"$ROOT/venv/bin/python" -m pip install --extra-index-url https://download.pytorch.org/whl/cpu \
+    -r "$ROOT/source/lab/requirements.txt"
+"$ROOT/venv/bin/python" -m pip install -e "$ROOT/source/lab/shared"

@@ -1,0 +1,150 @@
+"""GitHub annotations of a grading run: one workflow command per exercise that did not pass,
+placed on the ``def`` line of the function the exercise grades.
+
+    ::error file=lab05.py,line=60,title=Task 5.1 msda_forward_kernel (0/5 pts)::FAILED: ...
+    ::notice file=lab05.py,line=60,title=Task 5.2 query tiles and masks (0/5 pts)::not attempted
+
+GitHub shows these in the check run and beside the code in a pull request's "Files changed"
+(the Feedback pull request included). It keeps at most 10 error and 10 notice annotations of
+one step (and 50 of a job), so the step prints at most that many, the most telling first, and
+says how many more the job summary holds.
+
+The function is found by reading source, never by importing it: the student's module and the
+lab's tests are parsed with :mod:`ast`. An exercise whose name is a function of the module
+points there; otherwise the functions of the module that its tests reach (``module.f``,
+``submission.run("f")``, through helpers of the test file) are used, in order of appearance.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from msda_labs.grading.results import GradeResult
+
+__all__ = ["ANNOTATIONS_PER_STEP", "definitions", "graded_functions", "annotation_lines",
+           "escape_data", "escape_property"]
+
+# Per step GitHub keeps 10 annotations of each kind (error, warning, notice); 50 per job.
+ANNOTATIONS_PER_STEP = 10
+_LABEL = {"failed": "FAILED", "error": "ERROR", "crashed": "CRASHED", "timeout": "TIMEOUT",
+          "not_attempted": "not attempted"}
+# Which failing test of an exercise explains it best: a failure with a message (often a named
+# mistake) before an error, a crash or a timeout, before a bare failure.
+_TELLING = {"failed": 0, "error": 1, "crashed": 2, "timeout": 3}
+_PARAMS = re.compile(r"\[.*\]$")
+
+
+def escape_data(text: str) -> str:
+    """The message part of a workflow command (as @actions/core escapes it)."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    """A property value (file, title) of a workflow command."""
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def _parse(path: Path) -> ast.Module | None:
+    try:
+        return ast.parse(Path(path).read_text(), filename=str(path))
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def definitions(module_path: Path) -> dict[str, int]:
+    """``{name: line of its def/class}`` of the top-level functions and classes of a module
+    (empty when it cannot be read or parsed)."""
+    tree = _parse(module_path)
+    if tree is None:
+        return {}
+    return {node.name: node.lineno for node in tree.body
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+
+
+def _reached_names(tests: list[Path], test_names: set[str], wanted: dict[str, int]) -> list[str]:
+    """Names of ``wanted`` that the given test functions reach, in order of first appearance."""
+    functions: dict[str, ast.AST] = {}
+    for path in tests:
+        tree = _parse(path)
+        if tree is not None:
+            for node in tree.body:
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    functions.setdefault(node.name, node)
+    found: list[str] = []
+    seen: set[str] = set()
+    queue = [functions[n] for n in sorted(test_names) if n in functions]
+    while queue:
+        node = queue.pop(0)
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        for sub in ast.walk(node):
+            name = None
+            if isinstance(sub, ast.Attribute):
+                name = sub.attr
+            elif isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                name = sub.value
+            elif isinstance(sub, ast.Name) and sub.id in functions and sub.id != node.name:
+                queue.append(functions[sub.id])  # a helper of the test file
+            if name in wanted and name not in found:
+                found.append(name)
+    return found
+
+
+def graded_functions(result: GradeResult, module_path: Path,
+                     tests_dir: Path | None = None) -> dict[str, tuple[str, int]]:
+    """``{exercise id: (function name, def line)}`` for every exercise of ``result``; line 1
+    (and the module's name) when no function can be found."""
+    wanted = definitions(module_path)
+    tests = sorted(Path(tests_dir).glob("test_*.py")) if tests_dir else []
+    out = {}
+    for ex in result.exercises:
+        named = [n.strip() for n in ex.name.split(",") if n.strip() in wanted]
+        if not named:
+            bases = {_PARAMS.sub("", t.name) for t in ex.tests}
+            named = _reached_names(tests, bases, wanted)
+        out[ex.id] = (named[0], wanted[named[0]]) if named else (Path(module_path).stem, 1)
+    return out
+
+
+def _telling(ex):
+    failing = [t for t in ex.tests if t.status not in ("passed", "not_attempted")]
+    return min(failing, key=lambda t: (_TELLING.get(t.status, 9), not t.message), default=None)
+
+
+def annotation_lines(result: GradeResult, module_path: Path, tests_dir: Path | None = None,
+                     file_label: str | None = None,
+                     per_kind: int = ANNOTATIONS_PER_STEP) -> list[str]:
+    """The workflow commands of ``result``: ``::error`` for each exercise that lost points
+    (the most points lost first), ``::notice`` for each one not attempted, at most ``per_kind``
+    of each, then one plain line naming what was left out."""
+    where = graded_functions(result, module_path, tests_dir)
+    label = file_label or Path(module_path).name
+    errors, notices = [], []
+    for ex in result.exercises:
+        if ex.status == "passed":
+            continue
+        function, line = where[ex.id]
+        title = f"Task {ex.id} {ex.name} ({ex.score}/{ex.max_score} pts)"
+        if function not in ex.name.split(", "):
+            title += f" in {function}"
+        props = (f"file={escape_property(label)},line={line},"
+                 f"title={escape_property(title)}")
+        if ex.status == "not_attempted":
+            message = f"not attempted: {function} still raises NotImplementedError (the stub)"
+            notices.append((0, ex, f"::notice {props}::" + escape_data(message)))
+            continue
+        test = _telling(ex)
+        message = test.message or test.status
+        feedback = f"{_LABEL.get(test.status, test.status)}: {test.name}: {message}"
+        errors.append((ex.max_score - ex.score, ex, f"::error {props}::" + escape_data(feedback)))
+    errors.sort(key=lambda item: -item[0])  # stable: task order among equal losses
+    lines = [text for _, _, text in errors[:per_kind]] + [text for _, _, text in
+                                                          notices[:per_kind]]
+    left = max(0, len(errors) - per_kind) + max(0, len(notices) - per_kind)
+    if left:
+        lines.append(f"{left} more exercise(s) did not pass; GitHub keeps {per_kind} annotations "
+                     f"of a kind per step: the job summary lists them all")
+    return lines

@@ -1,0 +1,205 @@
+"""Run a repository's workflow under act on this host and read what GitHub would show.
+
+:func:`run_act` returns an :class:`ActRun`: the log, act's exit status, each job's result, the
+workflow commands the steps printed (``::notice``, ``::error`` with their properties), the job
+summaries the steps wrote and the uploaded artifacts (act's artifact folder, filled by the
+upload-artifact stand-in or the real action).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from act_env import ActSetup, run_toolcache
+
+GIT = ["git", "-c", "user.name=msda-test", "-c", "user.email=msda-test@invalid",
+       "-c", "commit.gpgsign=false", "-c", "init.defaultBranch=main"]
+# act --log-prefix-job-id: "[job id] ..." (a matrix entry: "[job id-N] ...")
+_PREFIX = re.compile(r"^\[(?P<job>[^\]]+)\] (?P<rest>.*)$")
+_COMMAND = re.compile(r"^\s*(?:\S+\s+)?::(?P<kind>error|warning|notice)(?: (?P<props>[^:]*))?::"
+                      r"(?P<message>.*)$")
+
+
+@dataclass
+class Command:
+    """One workflow command a step printed (an annotation on GitHub)."""
+    kind: str
+    props: dict
+    message: str
+    job: str
+
+    @property
+    def line(self) -> str:
+        props = ",".join(f"{k}={v}" for k, v in self.props.items())
+        return f"::{self.kind}{' ' + props if props else ''}::{self.message}"
+
+
+@dataclass
+class ActRun:
+    returncode: int
+    log: str
+    summaries: list[str]
+    artifacts: Path
+    seconds: float
+    jobs: dict[str, str] = field(default_factory=dict)
+    commands: list[Command] = field(default_factory=list)
+
+    def job_lines(self, job: str) -> list[str]:
+        out = []
+        for line in self.log.splitlines():
+            match = _PREFIX.match(line)
+            if match and match.group("job") == job:
+                out.append(match.group("rest"))
+        return out
+
+    def step_output(self, job: str, step: str) -> list[str]:
+        """What a step printed (its stdout lines and its workflow commands), as on GitHub.
+
+        act may log a JavaScript action's output after it has logged the step's end, so the
+        lines are collected until the next main step (or the job's end), skipping act's own.
+        """
+        lines, inside = [], False
+        for rest in self.job_lines(job):
+            if rest.startswith("\u2b50 Run Main ") or rest.startswith("\u2b50 Run Complete job"):
+                inside = rest == f"\u2b50 Run Main {step}"
+                continue
+            if not inside:
+                continue
+            if rest.startswith("  | "):
+                lines.append(rest[4:])
+            elif rest == "  |":
+                lines.append("")
+            elif (match := re.match(r"^\s+\S+\s+(::.*)$", rest)):
+                lines.append(match.group(1))
+        return lines
+
+    def notices(self, title: str | None = None) -> list[Command]:
+        return [c for c in self.commands if c.kind == "notice"
+                and (title is None or c.props.get("title") == title)]
+
+    def file_annotations(self) -> list[Command]:
+        return [c for c in self.commands if "file" in c.props]
+
+    def artifact(self, name: str, file: str) -> Path:
+        return self.artifacts / name / file
+
+    def tail(self, chars: int = 6000) -> str:
+        return self.log[-chars:]
+
+
+def _parse_props(text: str | None) -> dict:
+    props = {}
+    for part in (text or "").split(","):
+        if "=" in part:
+            key, _, value = part.partition("=")
+            props[key.strip()] = value
+    return props
+
+
+def commit_all(repo: Path, message: str, date: str | None = None) -> None:
+    env = {**os.environ}
+    if date:
+        env.update(GIT_COMMITTER_DATE=date, GIT_AUTHOR_DATE=date)
+    if not (repo / ".git").exists():
+        subprocess.run([*GIT, "init", "-q"], cwd=repo, check=True)
+    subprocess.run([*GIT, "add", "-A"], cwd=repo, check=True)
+    subprocess.run([*GIT, "commit", "-q", "--allow-empty", "-m", message], cwd=repo, check=True,
+                   env=env)
+
+
+def run_act(setup: ActSetup, repo: Path, work: Path, *, event: str = "push",
+            payload: dict | None = None, job: str | None = None,
+            inputs: dict | None = None, secrets: dict | None = None,
+            env: dict | None = None, extra_args: list[str] | None = None,
+            timeout: float = 900) -> ActRun:
+    """Run ``act EVENT`` in ``repo`` with the pinned actions, on the host."""
+    work.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(work / "toolcache", ignore_errors=True)
+    cache = work / "xdg-cache"  # act's per-run folder (workspace copy, artifacts)
+    summary_log = work / "summaries.md"
+    summary_log.unlink(missing_ok=True)
+    artifacts = work / "artifacts"
+    shutil.rmtree(artifacts, ignore_errors=True)
+    artifacts.mkdir()
+    name = repo.name
+    event_file = work / "event.json"
+    event_file.write_text(json.dumps(payload or {
+        "ref": "refs/heads/main",
+        "repository": {"full_name": f"course/{name}", "name": name, "owner": {"login": "course"}},
+    }))
+    toolcache = run_toolcache(setup.toolcache, work / "toolcache")
+    cmd = [str(setup.act), event, "-P", "ubuntu-latest=-self-hosted",
+           "-P", "ubuntu-24.04=-self-hosted", "-e", str(event_file), *setup.mappings(),
+           "--log-prefix-job-id",
+           # one job at a time: the jobs of a run share its tool cache (a matrix would race
+           # its pip installs into it); GitHub gives each job a fresh runner instead
+           "--concurrent-jobs", "1",
+           "--env", f"RUNNER_TOOL_CACHE={toolcache}",
+           "--env", f"AGENT_TOOLSDIRECTORY={toolcache}",
+           "--env", f"MSDA_ACT_SUMMARY_LOG={summary_log}",
+           "--env", f"MSDA_ACT_ARTIFACTS={artifacts}"]
+    cmd += list(extra_args or [])
+    if job:
+        cmd += ["-j", job]
+    for key, value in (inputs or {}).items():
+        cmd += ["--input", f"{key}={value}"]
+    for key, value in (secrets or {}).items():
+        cmd += ["-s", f"{key}={value}"]
+    if not setup.torch_index_reachable:
+        # the workflows name download.pytorch.org/whl/cpu; where it cannot be reached, pip would
+        # retry it five times (with back-off) before using the wheels this machine has
+        cmd += ["--env", "PIP_RETRIES=0"]
+    for key, value in (env or {}).items():
+        cmd += ["--env", f"{key}={value}"]
+    run_env = setup.env()
+    run_env["XDG_CACHE_HOME"] = str(cache)
+    run_env["RUNNER_TOOL_CACHE"] = str(toolcache)
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, cwd=repo, env=run_env, capture_output=True, text=True,
+                              timeout=timeout)
+        log, code = proc.stdout + proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as exc:
+        log = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) \
+            else (exc.stdout or "")
+        log, code = log + f"\n[harness] act ran past {timeout} s\n", -9
+    seconds = time.monotonic() - started
+    (work / "act.log").write_text(log)
+    summaries = []
+    if summary_log.is_file():
+        summaries = [s.strip() for s in summary_log.read_text().split(
+            "<!-- end of a step's summary -->") if s.strip()]
+    run = ActRun(returncode=code, log=log, summaries=summaries, artifacts=artifacts,
+                 seconds=seconds)
+    for line in log.splitlines():
+        match = _PREFIX.match(line)
+        if not match:
+            continue
+        rest = match.group("rest")
+        if rest.startswith("\U0001F3C1  Job "):
+            run.jobs[match.group("job")] = rest.split("Job ", 1)[1].strip()
+        command = _COMMAND.match(rest)
+        if command and not rest.lstrip().startswith("|"):
+            run.commands.append(Command(command.group("kind"), _parse_props(command.group("props")),
+                                        command.group("message"), match.group("job")))
+    return run
+
+
+def copy_tree(src: Path, dest: Path, names: list[str] | None = None) -> Path:
+    """Copy ``src`` (or only the relative paths ``names`` of it) into ``dest``."""
+    if names is None:
+        shutil.copytree(src, dest, ignore=shutil.ignore_patterns(".git", ".nox", "__pycache__"))
+        return dest
+    for rel in names:
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if (src / rel).is_file():
+            shutil.copy2(src / rel, target)
+    return dest

@@ -1,0 +1,212 @@
+"""Every shipped workflow, run end to end by act (a real Actions runner) on this host.
+
+For each selected lab (``MSDA_ACT_LABS``, see selection.py) the export is committed to a fresh git
+repository and its ``classroom.yml`` run three times:
+
+* the untouched starter: 0 points, the job fails, one ``::notice`` per exercise on the def line
+  of the function it grades, a summary table of not-attempted exercises;
+* the chip: full points, the job succeeds, no annotation;
+* an edited copy, the chip with a planted mistake (tests/mutants) and a grading test file edited:
+  the integrity note names the file, and every exercise that lost points is a ``::error`` on its
+  function's def line, the most points lost first.
+
+Each run checks the ``Points X/Y`` notice against the stored grade.json, the job's result, the
+job summary's table and the annotations. The reporter-action variant runs the real
+``autograding-grading-reporter`` and must print what the builtin step printed.
+
+The pinned actions come from ../shared/actions (or MSDA_ACTIONS_DIR); without them and without a
+network the tests skip and say why. Tool set-up: act_env.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+from kit import MANIFEST, chip_path, mutants
+from selection import selected_labs
+
+from msda_labs.classroom import workflows
+from msda_labs.classroom.export import export_lab
+from msda_labs.grading.annotations import ANNOTATIONS_PER_STEP, definitions
+
+JOB = "run-autograding-tests"
+LABS = selected_labs()
+_RUNS: dict = {}
+
+pytestmark = pytest.mark.skipif(not LABS, reason="MSDA_ACT_LABS=none: no act workflow run")
+
+
+def _export(lab_id: str, out, reporter: str | None = None):
+    return export_lab(MANIFEST, MANIFEST.lab(lab_id), out, reporter_action=reporter, git=True)
+
+
+def _edit(repo, lab_id: str) -> str:
+    """The chip with its first planted mistake, and a grading test file edited; returns the
+    edited file's path."""
+    from harness import commit_all
+
+    lab = MANIFEST.lab(lab_id)
+    source = chip_path(lab_id).read_text()
+    planted = mutants(lab_id)
+    if planted:
+        source = planted[0].apply(source)
+    (repo / lab.module).write_text(source)
+    test_file = sorted((repo / "tests").glob("test_*.py"))[0]
+    test_file.write_text(test_file.read_text() + "\n# an edit by the student\n")
+    commit_all(repo, "my work")
+    return test_file.relative_to(repo).as_posix()
+
+
+def _run(act_setup, tmp_path_factory, lab_id: str, variant: str):
+    """One act run of a lab's workflow (cached for the session: parity reuses it)."""
+    from harness import commit_all, run_act
+
+    key = (lab_id, variant)
+    if key not in _RUNS:
+        work = tmp_path_factory.mktemp(f"act-{lab_id}-{variant}")
+        reporter = workflows.REPORTER_ACTION if variant == "reporter-action" else None
+        repo = _export(lab_id, work / "repos", reporter)
+        info = {}
+        if variant == "chip":
+            shutil.copy2(chip_path(lab_id), repo / MANIFEST.lab(lab_id).module)
+            commit_all(repo, "done")
+        elif variant == "edited":
+            info["edited"] = _edit(repo, lab_id)
+        run = run_act(act_setup, repo, work / "act")
+        _RUNS[key] = (run, repo, info)
+    return _RUNS[key]
+
+
+def _grade_json(run, lab_id: str) -> dict:
+    path = run.artifact(f"grade-{lab_id}", "grade.json")
+    assert path.is_file(), f"no grade.json artifact at {path}\n{run.tail()}"
+    return json.loads(path.read_text())
+
+
+def _points(run) -> str:
+    notices = run.notices("Autograding complete")
+    assert len(notices) == 1, f"expected one Points notice\n{run.tail()}"
+    return notices[0].message
+
+
+def _summary(run, lab_id: str) -> str:
+    mine = [s for s in run.summaries if s.startswith(f"## {lab_id} ")]
+    assert len(mine) == 1, f"expected one job summary of {lab_id}, got {run.summaries}"
+    return mine[0]
+
+
+def _check_table(summary: str, grade: dict) -> None:
+    assert "| Task | Exercise | Points | Status | What went wrong |" in summary
+    for ex in grade["exercises"]:
+        score = sum(t["score"] for t in ex["tests"])
+        maximum = sum(t["max_score"] for t in ex["tests"])
+        assert re.search(rf"^\| {re.escape(ex['id'])} \| .* \| {score}/{maximum} \|", summary,
+                         re.M), (ex["id"], summary)
+        for test in ex["tests"]:
+            if test["status"] not in ("passed", "not_attempted") and test.get("message"):
+                # the terminal's feedback line, named mistake included
+                assert test["message"].replace("|", "\\|").split("\n")[0][:60] in summary
+
+
+def _check_points(run, grade: dict) -> None:
+    score = sum(t["score"] for ex in grade["exercises"] for t in ex["tests"])
+    maximum = sum(t["max_score"] for ex in grade["exercises"] for t in ex["tests"])
+    assert maximum > 0
+    assert _points(run) == f"Points {score}/{maximum}"
+    report = run.notices("Autograding report")
+    assert [json.loads(n.message) for n in report] == [{"totalPoints": score,
+                                                        "maxPoints": maximum}]
+
+
+def _check_annotation_places(run, repo, lab_id: str) -> list:
+    module = MANIFEST.lab(lab_id).module
+    lines = (repo / module).read_text().splitlines()
+    defs = definitions(repo / module)
+    placed = run.file_annotations()
+    for note in placed:
+        assert note.props["file"] == module, note.line
+        line = int(note.props["line"])
+        assert lines[line - 1].lstrip().startswith(("def ", "class ")), (note.line,
+                                                                         lines[line - 1])
+        assert line in defs.values()
+        assert note.props["title"].startswith("Task "), note.line
+    return placed
+
+
+@pytest.mark.parametrize("lab_id", LABS)
+def test_starter_scores_zero_with_a_notice_per_exercise(act_setup, tmp_path_factory, lab_id):
+    run, repo, _ = _run(act_setup, tmp_path_factory, lab_id, "starter")
+    assert run.jobs.get(JOB) == "failed" and run.returncode != 0, run.tail()
+    grade = _grade_json(run, lab_id)
+    _check_points(run, grade)
+    assert _points(run) .startswith("Points 0/")
+    summary = _summary(run, lab_id)
+    _check_table(summary, grade)
+    assert "Grading files were modified" not in summary
+    placed = _check_annotation_places(run, repo, lab_id)
+    assert all(n.kind == "notice" for n in placed)
+    attempted = [ex for ex in grade["exercises"]
+                 if {t["status"] for t in ex["tests"]} != {"not_attempted"}]
+    expected = min(len(grade["exercises"]) - len(attempted), ANNOTATIONS_PER_STEP)
+    assert len([n for n in placed if "not attempted" in n.message]) == expected
+
+
+@pytest.mark.parametrize("lab_id", LABS)
+def test_chip_scores_full_marks_without_annotations(act_setup, tmp_path_factory, lab_id):
+    run, _, _ = _run(act_setup, tmp_path_factory, lab_id, "chip")
+    assert run.jobs.get(JOB) == "succeeded" and run.returncode == 0, run.tail()
+    grade = _grade_json(run, lab_id)
+    _check_points(run, grade)
+    maximum = sum(t["max_score"] for ex in grade["exercises"] for t in ex["tests"])
+    assert _points(run) == f"Points {maximum}/{maximum}"
+    summary = _summary(run, lab_id)
+    _check_table(summary, grade)
+    assert f"**{maximum}/{maximum}**" in summary
+    assert run.file_annotations() == []
+
+
+@pytest.mark.parametrize("lab_id", LABS)
+def test_edited_copy_is_flagged_and_its_mistakes_annotated(act_setup, tmp_path_factory, lab_id):
+    run, repo, info = _run(act_setup, tmp_path_factory, lab_id, "edited")
+    assert run.jobs.get(JOB) == "failed" and run.returncode != 0, run.tail()
+    grade = _grade_json(run, lab_id)
+    _check_points(run, grade)
+    assert info["edited"] in grade["integrity"]["modified"]
+    summary = _summary(run, lab_id)
+    _check_table(summary, grade)
+    assert "Grading files were modified" in summary and info["edited"] in summary
+    errors = [n for n in _check_annotation_places(run, repo, lab_id) if n.kind == "error"]
+    lost = {ex["id"]: sum(t["max_score"] - t["score"] for t in ex["tests"])
+            for ex in grade["exercises"]
+            if {t["status"] for t in ex["tests"]} not in ({"passed"}, {"not_attempted"})}
+    assert lost, "the planted mistake lost no points"
+    titled = [re.match(r"Task (\S+) ", n.props["title"]).group(1) for n in errors]
+    assert sorted(titled) == sorted(lost)[:ANNOTATIONS_PER_STEP]
+    assert [lost[t] for t in titled] == sorted((lost[t] for t in titled), reverse=True)
+    planted = mutants(lab_id)
+    if planted and planted[0].expect:
+        assert planted[0].expect in summary  # the named mistake reaches the job summary
+
+
+def test_reporter_action_prints_what_the_builtin_step_prints(act_setup, tmp_path_factory):
+    """The real reporter (v1, node20, run on Node 24 as hosted runners now do), on a starter:
+    it prints, line for line, what the kit's builtin reporter step prints for the same payload
+    (rebuilt from the run's grade.json), notices and failure included."""
+    from msda_labs.classroom.platforms import github_classroom_result, reporter_output
+    from msda_labs.grading.results import GradeResult
+
+    lab_id = LABS[0]
+    run, repo, _ = _run(act_setup, tmp_path_factory, lab_id, "reporter-action")
+    workflow = (repo / workflows.WORKFLOW_PATH).read_text()
+    assert f"uses: {workflows.REPORTER_ACTION} # v1 (node20)" in workflow
+    assert "python -m msda_labs report --runners" not in workflow  # no builtin step here
+    assert "autograding-grading-reporter" in run.log and run.jobs.get(JOB) == "failed"
+    printed = run.step_output(JOB, "Autograding Reporter")
+    grade = GradeResult.read_json(run.artifact(f"grade-{lab_id}", "grade.json"))
+    payload = github_classroom_result(grade)
+    expected, failed = reporter_output({lab_id: payload}, env={"CI": "true"})
+    assert failed and any(line.startswith("Total points for ") for line in printed), run.tail()
+    assert printed == expected
