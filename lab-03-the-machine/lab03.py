@@ -9,7 +9,7 @@ In this lab you will:
   * add up the bytes the MSDA forward moves when nothing is reused;
   * predict the advantage of lanes-across-channels over lanes-across-queries.
 
-The model lives in ``msda_labs.memsim`` (read its docstring: it says what the model leaves out).
+The model lives in ``msda_labs.student.memsim`` (read its docstring: it says what the model leaves out).
 An ``AccessPattern`` has ``.itemsize``, ``.useful_bytes`` and ``.warps``: a list with one int64
 numpy array of byte addresses per warp load, one address per active lane (at most 32; fewer
 when lanes are masked off).
@@ -17,7 +17,7 @@ when lanes are masked off).
 
 import numpy as np  # noqa: F401 (the starter leaves it unused)
 
-from msda_labs.memsim import (  # noqa: F401 (the starter leaves some unused)
+from msda_labs.student.memsim import (  # noqa: F401 (the starter leaves some unused)
     SECTOR_BYTES,
     AccessPattern,
     msda_point_parallel,
@@ -77,7 +77,7 @@ def forward_min_bytes(B: int = 4, Q: int = 300, M: int = 8, D: int = 32, L: int 
 def tiling_speedup(n_queries: int = 256, D: int = 32, itemsize: int = 2, seed: int = 0) -> float:
     """Predicted advantage of the query-block tiling over the point-parallel tiling.
 
-    Builds both MSDA patterns of ``msda_labs.memsim`` on the same rows (same ``n_queries``,
+    Builds both MSDA patterns of ``msda_labs.student.memsim`` on the same rows (same ``n_queries``,
     ``D``, ``itemsize`` and ``seed``; the default number of pixels) and compares them with
     your ``efficiency``.
 

@@ -27,7 +27,7 @@ import re  # noqa: F401 - for Task 9.1
 
 import torch
 
-from msda_labs.ptx import compile_ptx, kernel_params  # noqa: F401 - for Tasks 9.4 and 9.5
+from msda_labs.student.ptx import compile_ptx, kernel_params  # noqa: F401 - for Tasks 9.4 and 9.5
 
 # The constexpr sizes the backward kernel is compiled with here. The lowering of the atomics does
 # not depend on them, and small ones keep each compile under a second.
@@ -147,7 +147,7 @@ def atomic_report(kernel, ccs=(80, 90), value_dtype="bf16", buffers=("bf16", "fp
 
 if __name__ == "__main__":
     os.environ.setdefault("TRITON_INTERPRET", "0")  # before triton is first imported
-    from msda_labs.stage import load
+    from msda_labs.student.earlier import load
 
     kernel, source = load(8, "msda_backward_kernel")
     print(f"backward kernel: {source}")

@@ -5,7 +5,7 @@ front of it that refuses every malformed input with a message that says exactly 
 pass the operator test suite (the final exam) with it.
 
 The kernels (given): the operator ships the kit's tuned versions of the lab 06 forward and the lab
-08 backward, ``msda_labs.shipped``: the same math, cut so that one tile row holds one sample point
+08 backward, ``msda_labs.student.shipped``: the same math, cut so that one tile row holds one sample point
 (all sixteen points of a query in flight at once) and, on SM 9.0, with four (fp32) or eight
 (fp16/bf16) channels per atomic instruction. Set MSDA_LAB10_KERNELS=labs to run your own instead:
 the lab 06 autotuned forward and the lab 08 backward (my/lab06.py, my/lab08.py, else the chips).
@@ -32,11 +32,11 @@ The four layers of the operator:
     msda(...)                 the public function: validate, handle the edge cases, resolve the
                               accumulator flag, make the tensors contiguous          (Task 10.2/3)
     MSDAFunction.apply(...)   autograd: forward kernel, save inputs, backward kernel   (Task 10.1)
-    msda_forward / msda_backward      the launchers: msda_labs.shipped (or labs 06 and 08)
+    msda_forward / msda_backward      the launchers: msda_labs.student.shipped (or labs 06 and 08)
     the two @triton.jit kernels
 """
 
-from msda_labs import runtime
+from msda_labs.student import runtime
 
 # No GPU on this machine? Then Triton's interpreter runs the kernels (it must be chosen before
 # triton is imported). The grader sets it for you.
@@ -48,8 +48,8 @@ import weakref  # noqa: E402
 import torch  # noqa: E402
 from torch.autograd.function import once_differentiable  # noqa: E402, F401 - for Task 10.1
 
-from msda_labs import shipped  # noqa: E402
-from msda_labs.stage import load  # noqa: E402
+from msda_labs.student import shipped  # noqa: E402
+from msda_labs.student.earlier import load  # noqa: E402
 
 # The kernels: the kit's tuned ones (see the module docstring), or with MSDA_LAB10_KERNELS=labs
 # the earlier labs' artifacts: my/lab06.py, my/lab08.py when you kept yours, else the chips. The
@@ -59,8 +59,8 @@ if os.environ.get("MSDA_LAB10_KERNELS") == "labs":
     msda_forward, FORWARD_SOURCE = load(6, "msda_forward_autotuned")
     msda_backward, BACKWARD_SOURCE = load(8, "msda_backward")
 else:
-    msda_forward, FORWARD_SOURCE = shipped.msda_forward, "msda_labs.shipped (tuned lab 06)"
-    msda_backward, BACKWARD_SOURCE = shipped.msda_backward, "msda_labs.shipped (tuned lab 08)"
+    msda_forward, FORWARD_SOURCE = shipped.msda_forward, "msda_labs.student.shipped (tuned lab 06)"
+    msda_backward, BACKWARD_SOURCE = shipped.msda_backward, "msda_labs.student.shipped (tuned lab 08)"
 use_fp32_grad_accum, SWITCH_SOURCE = load(9, "use_fp32_grad_accum")
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -188,7 +188,7 @@ def msda(value, spatial_shapes, level_start_index, sampling_locations, attention
 
 
 if __name__ == "__main__":
-    from msda_labs.cases import MULTI_LEVEL, make_inputs
+    from msda_labs.truth.cases import MULTI_LEVEL, make_inputs
 
     spec, spec_source = load(1, "msda_naive_student")  # the loops of lab 01: slow, plainly right
     print(f"forward: {FORWARD_SOURCE}; backward: {BACKWARD_SOURCE}; switch: {SWITCH_SOURCE}")

@@ -14,12 +14,12 @@ from collections import Counter
 
 import torch
 
-from msda_labs import runtime
+from msda_labs.student import runtime
 
 runtime.configure("gpu")
-from msda_labs import shipped  # noqa: E402
 from msda_labs.chips import lab06, lab08  # noqa: E402
 from msda_labs.gpu.opbench import _reference_fp32, kernel_time_us, make_preset_inputs  # noqa: E402
+from msda_labs.student import shipped  # noqa: E402
 
 try:
     import msda_triton

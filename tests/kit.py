@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from msda_labs.classroom.manifest import load_manifest
+from msda_labs.course.manifest import load_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = load_manifest(ROOT / "classroom.yml")
@@ -79,7 +79,7 @@ class Mutant:
     replace: list = field(default_factory=list)
     expect: str | None = None
     tasks: list = field(default_factory=list)
-    rules: list = field(default_factory=list)  # the ladder rules it breaks (msda_labs.ladder)
+    rules: list = field(default_factory=list)  # ladder rules it breaks (course.ladder)
 
     def apply(self, source: str) -> str:
         for old, new in self.replace:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from kit import MANIFEST, ROOT, mutants
 
-from msda_labs import ladder
-from msda_labs.handout import ladder_cells, sync_ladder
+from msda_labs.authoring.handout import ladder_cells, sync_ladder
+from msda_labs.course import ladder
 
 LABS = [(lab.id, lab.folder) for lab in MANIFEST.labs if lab.id in ladder.LABS]
 

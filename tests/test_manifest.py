@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from msda_labs.classroom.manifest import ManifestError, load_manifest
+from msda_labs.course.manifest import ManifestError, load_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 

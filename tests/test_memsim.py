@@ -1,4 +1,5 @@
-"""The paper GPU of lab 03 (msda_labs.memsim): its generators, and the exact counts lab 03 grades
+"""The paper GPU of lab 03 (msda_labs.student.memsim): its
+generators, and the exact counts lab 03 grades
 against, recounted here independently (a set of sectors per warp, no numpy tricks)."""
 
 import importlib.util
@@ -7,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from msda_labs import memsim
-from msda_labs.memsim import SECTOR_BYTES, WARP_SIZE
+from msda_labs.student import memsim
+from msda_labs.student.memsim import SECTOR_BYTES, WARP_SIZE
 
 ROOT = Path(__file__).resolve().parents[1]
 

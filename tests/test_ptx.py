@@ -1,4 +1,5 @@
-"""msda_labs.ptx: ahead-of-time compilation for SM 8.0 / 9.0 without a GPU, and the lowering lab 09
+"""msda_labs.student.ptx: ahead-of-time compilation for SM 8.0 / 9.0 without a
+GPU, and the lowering lab 09
 is built on, asserted (not just printed) on a small scatter-add kernel and on the lab 08 backward.
 
 The compiles run in one subprocess with TRITON_INTERPRET=0 (this process may have imported triton
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from msda_labs.ptx import AOTError, parse_cc
+from msda_labs.student.ptx import AOTError, parse_cc
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,7 +27,7 @@ _SCRIPT = textwrap.dedent('''
     os.environ["TRITON_INTERPRET"] = "0"
     import triton
     import triton.language as tl
-    from msda_labs.ptx import AOTError, compile_ptx, kernel_params, ptx_target
+    from msda_labs.student.ptx import AOTError, compile_ptx, kernel_params, ptx_target
 
     def atomics(ptx):
         return sorted(set(re.findall(r"\\b(?:atom|red)\\.[\\w.:]+", ptx)))
@@ -72,7 +73,7 @@ _SCRIPT = textwrap.dedent('''
     report["errors"] = errors
     try:
         from msda_labs.chips import lab09
-        from msda_labs.stage import load
+        from msda_labs.student.earlier import load
         kernel = load(8, "msda_backward_kernel").obj
     except ImportError as exc:
         report["backward"] = {"skipped": str(exc)}
@@ -172,7 +173,7 @@ def test_interpreter_mode_is_refused(tmp_path):
         os.environ["TRITON_INTERPRET"] = "1"
         import triton
         import triton.language as tl
-        from msda_labs.ptx import AOTError, compile_ptx
+        from msda_labs.student.ptx import AOTError, compile_ptx
 
         @triton.jit
         def k(x_ptr, BLOCK: tl.constexpr):

@@ -5,7 +5,8 @@ How the layers are graded: the child process that runs your code builds your lay
 layers, so your initialisation never matters, only the submodules' names and sizes. The offsets
 those weights predict are random and non-zero (a few pixels, some reaching outside the map). The
 judge recomputes the expected output from the same weights with its own reference, built on
-``msda_labs.reference``, and compares; when your output is exactly what a known mistake gives, the
+``msda_labs.truth.reference``, and compares;
+when your output is exactly what a known mistake gives, the
 feedback names it.
 
 Each task is graded on its own: while a layer is tested, the grader swaps in its own correct
@@ -20,16 +21,11 @@ import torch
 import torch.fx.experimental.symbolic_shapes  # noqa: F401  (see the NOTE below)
 import torch.nn.functional as F
 
-from msda_labs.cases import MULTI_LEVEL, STANDARD_CASES, make_inputs, seeded_generator
-from msda_labs.grading import (
-    expect_close,
-    expect_tensor,
-    msda_variants,
-    pixel_reads,
-    pixel_variants,
-)
-from msda_labs.grading.mistakes import FORWARD_MISTAKES
-from msda_labs.reference import msda_reference, reference_grads
+from msda_labs.grading import expect_close, expect_tensor
+from msda_labs.mistakes import msda_variants, pixel_reads, pixel_variants
+from msda_labs.mistakes.forward import FORWARD_MISTAKES
+from msda_labs.truth.cases import MULTI_LEVEL, STANDARD_CASES, make_inputs, seeded_generator
+from msda_labs.truth.reference import msda_reference, reference_grads
 
 LAB = "lab00"
 TITLE = "The idea"

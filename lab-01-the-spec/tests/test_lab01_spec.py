@@ -3,9 +3,10 @@
 import pytest
 import torch
 
-from msda_labs.cases import STANDARD_CASES, make_inputs
-from msda_labs.grading import expect_close, msda_variants, pixel_reads, pixel_variants
-from msda_labs.reference import msda_reference
+from msda_labs.grading import expect_close
+from msda_labs.mistakes import msda_variants, pixel_reads, pixel_variants
+from msda_labs.truth.cases import STANDARD_CASES, make_inputs
+from msda_labs.truth.reference import msda_reference
 
 LAB = "lab01"
 TITLE = "The spec"

@@ -6,9 +6,10 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from msda_labs.cases import MULTI_LEVEL, OUT_OF_BOUNDS, STANDARD_CASES, Case, make_inputs
-from msda_labs.grading import expect_close, msda_variants
-from msda_labs.reference import msda_reference
+from msda_labs.grading import expect_close
+from msda_labs.mistakes import msda_variants
+from msda_labs.truth.cases import MULTI_LEVEL, OUT_OF_BOUNDS, STANDARD_CASES, Case, make_inputs
+from msda_labs.truth.reference import msda_reference
 
 LAB = "lab02"
 TITLE = "Tensors are pointers"

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from msda_labs import memsim
-from msda_labs.memsim import SECTOR_BYTES, AccessPattern
+from msda_labs.student import memsim
+from msda_labs.student.memsim import SECTOR_BYTES, AccessPattern
 
 LAB = "lab03"
 TITLE = "The machine"

@@ -10,9 +10,7 @@ indices, a harmless -1) instead of whatever memory lies there.
 import pytest
 import torch
 
-from msda_labs import runtime
-from msda_labs.cases import Case, make_inputs, seeded_generator
-from msda_labs.grading import expect_close, msda_variants
+from msda_labs.grading import expect_close
 from msda_labs.grading.guards import (
     between_guards,
     cdiv,
@@ -22,7 +20,10 @@ from msda_labs.grading.guards import (
     run_probe,
     sentinel_buffer,
 )
-from msda_labs.reference import msda_reference
+from msda_labs.mistakes import msda_variants
+from msda_labs.student import runtime
+from msda_labs.truth.cases import Case, make_inputs, seeded_generator
+from msda_labs.truth.reference import msda_reference
 
 LAB = "lab04"
 TITLE = "Hello, Triton"

@@ -14,19 +14,8 @@ from functools import lru_cache
 import pytest
 import torch
 
-from msda_labs import runtime
-from msda_labs.cases import (
-    DECODER,
-    MULTI_LEVEL,
-    SINGLE,
-    STANDARD_CASES,
-    Case,
-    MSDAInputs,
-    make_inputs,
-    seeded_generator,
-)
 from msda_labs.gpu.speed import REFERENCE_LIMIT, check_reference_speed
-from msda_labs.grading import expect_close, expect_tensor, msda_variants, pixel_reads
+from msda_labs.grading import expect_close, expect_tensor
 from msda_labs.grading.guards import (
     between_guards,
     cdiv,
@@ -43,7 +32,19 @@ from msda_labs.grading.peaked import (
     fp16_running_sum,
     peaked_inputs,
 )
-from msda_labs.reference import msda_reference
+from msda_labs.mistakes import msda_variants, pixel_reads
+from msda_labs.student import runtime
+from msda_labs.truth.cases import (
+    DECODER,
+    MULTI_LEVEL,
+    SINGLE,
+    STANDARD_CASES,
+    Case,
+    MSDAInputs,
+    make_inputs,
+    seeded_generator,
+)
+from msda_labs.truth.reference import msda_reference
 
 LAB = "lab05"
 TITLE = "The forward kernel, correct"

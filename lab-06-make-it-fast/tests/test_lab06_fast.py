@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from msda_labs.cases import DECODER, STANDARD_CASES, Case, make_inputs
 from msda_labs.gpu.bench import bandwidth_table, effective_bandwidth_gbs, forward_bytes
-from msda_labs.grading import expect_close, msda_variants
+from msda_labs.grading import expect_close
 from msda_labs.grading.bigcase import INT64_HINT, BigCase
 from msda_labs.grading.guards import cdiv, guarded, run_probe
 from msda_labs.grading.peaked import (
@@ -28,7 +27,9 @@ from msda_labs.grading.peaked import (
     peaked_inputs,
 )
 from msda_labs.grading.plugin import SubmissionProblem
-from msda_labs.reference import msda_reference
+from msda_labs.mistakes import msda_variants
+from msda_labs.truth.cases import DECODER, STANDARD_CASES, Case, make_inputs
+from msda_labs.truth.reference import msda_reference
 
 LAB = "lab06"
 TITLE = "Make it fast"
@@ -66,7 +67,7 @@ def _launch_chunked(module, inputs, block_q, chunk_d, grid=None):
     Reads just outside value return NaN; writes just outside the output land in NaN guards that
     come back too. ``grid`` defaults to the wrapper's (cdiv(Q, BLOCK_Q), B*M, cdiv(D, CHUNK_D)).
     """
-    from msda_labs import runtime
+    from msda_labs.student import runtime
 
     dev = runtime.device()
     value, shapes, starts, loc, attn = (t.to(dev) for t in inputs)
@@ -88,7 +89,7 @@ def _launch_chunked(module, inputs, block_q, chunk_d, grid=None):
 
 def _wrapper_defaults(module, inputs):
     """Probe: the given wrapper with its defaults (BLOCK_Q=32, CHUNK_D=next pow2 of D)."""
-    from msda_labs import runtime
+    from msda_labs.student import runtime
 
     dev = runtime.device()
     return module.msda_forward_chunked(*(t.to(dev) for t in inputs))
@@ -127,7 +128,7 @@ def _autotuned_run(module, inputs, block_q):
     benchmarking, which the interpreter cannot do)."""
     import triton
 
-    from msda_labs import runtime
+    from msda_labs.student import runtime
 
     dev = runtime.device()
     kernel = module.make_autotuned_forward([triton.Config({"BLOCK_Q": block_q}, num_warps=1)])
@@ -454,7 +455,7 @@ _CRASH_HINT = ("in the interpreter a crash is almost always a load or store at a
 
 def _int64_probe(module, case, block_q, chunks):
     """Probe: the chunked kernel at each CHUNK_D on the big case; one guarded output each."""
-    from msda_labs import runtime
+    from msda_labs.student import runtime
 
     dev = runtime.device()
     value, shapes, starts, loc, attn = case.big_inputs(dev)

@@ -8,10 +8,10 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from msda_labs.cases import STANDARD_CASES, Case, make_inputs, seeded_generator
 from msda_labs.grading import expect_close
-from msda_labs.grading.grad_mistakes import grad_variants, lost_update_grad_value
-from msda_labs.reference import reference_grads
+from msda_labs.mistakes.gradients import grad_variants, lost_update_grad_value
+from msda_labs.truth.cases import STANDARD_CASES, Case, make_inputs, seeded_generator
+from msda_labs.truth.reference import reference_grads
 
 LAB = "lab07"
 TITLE = "The other direction"

@@ -16,22 +16,9 @@ from functools import lru_cache
 import pytest
 import torch
 
-from msda_labs import runtime
-from msda_labs.cases import (
-    DECODER,
-    MULTI_LEVEL,
-    OUT_OF_BOUNDS,
-    SINGLE,
-    STANDARD_CASES,
-    Case,
-    MSDAInputs,
-    make_inputs,
-    seeded_generator,
-)
 from msda_labs.gpu.speed import REFERENCE_LIMIT, add_note, check_reference_speed
 from msda_labs.grading import expect_close, expect_tensor
 from msda_labs.grading.bigcase import INT64_HINT, BigCase
-from msda_labs.grading.grad_mistakes import grad_variants, lost_update_grad_value
 from msda_labs.grading.guards import (
     between_guards,
     cdiv,
@@ -42,7 +29,20 @@ from msda_labs.grading.guards import (
     sentinel_buffer,
 )
 from msda_labs.grading.plugin import SubmissionError, SubmissionProblem
-from msda_labs.reference import msda_reference, reference_grads
+from msda_labs.mistakes.gradients import grad_variants, lost_update_grad_value
+from msda_labs.student import runtime
+from msda_labs.truth.cases import (
+    DECODER,
+    MULTI_LEVEL,
+    OUT_OF_BOUNDS,
+    SINGLE,
+    STANDARD_CASES,
+    Case,
+    MSDAInputs,
+    make_inputs,
+    seeded_generator,
+)
+from msda_labs.truth.reference import msda_reference, reference_grads
 
 LAB = "lab08"
 TITLE = "Concurrent writes"

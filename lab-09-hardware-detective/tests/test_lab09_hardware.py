@@ -36,7 +36,7 @@ AOT_SIZES = {"M": 2, "D": 8, "L": 2, "K": 2, "BLOCK_Q": 16, "BLOCK_D": 8}
 if os.environ.get("TRITON_INTERPRET") == "0":
     # In the aot worker (never in the judge, which does not compile): pay triton's one-off costs
     # once, before the worker forks a child per test.
-    from msda_labs.ptx import warm_up
+    from msda_labs.student.ptx import warm_up
 
     warm_up()
 
@@ -55,7 +55,7 @@ def _is_cas(token: str) -> bool:
 # -- probes (run inside the isolated worker) ---------------------------------------------------
 
 def _backward_kernel():
-    from msda_labs.stage import load
+    from msda_labs.student.earlier import load
 
     return load(8, BACKWARD).obj
 
@@ -71,7 +71,7 @@ def _compile_probe(module, value_dtype, grad_value_dtype, cc):
 def _live_ptx_probe(module, signature, constexprs, cc):
     """Compile the lab 08 kernel with the judge's signature, then run the submission's detector
     on that PTX; returns both so that the judge can read the PTX itself."""
-    from msda_labs.ptx import compile_ptx
+    from msda_labs.student.ptx import compile_ptx
 
     ptx = compile_ptx(_backward_kernel(), signature, constexprs, cc)
     return ptx, module.find_atomics(ptx)

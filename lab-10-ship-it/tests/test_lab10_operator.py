@@ -17,8 +17,10 @@ import os
 import pytest
 import torch
 
-from msda_labs import runtime
-from msda_labs.cases import (
+from msda_labs.gpu.speed import REFERENCE_LIMIT, check_reference_speed
+from msda_labs.grading import describe_value, expect_close
+from msda_labs.student import runtime
+from msda_labs.truth.cases import (
     DECODER,
     EXACT_KNOTS,
     OUT_OF_BOUNDS,
@@ -28,9 +30,7 @@ from msda_labs.cases import (
     make_inputs,
     seeded_generator,
 )
-from msda_labs.gpu.speed import REFERENCE_LIMIT, check_reference_speed
-from msda_labs.grading import describe_value, expect_close
-from msda_labs.reference import msda_reference, reference_grads
+from msda_labs.truth.reference import msda_reference, reference_grads
 
 LAB = "lab10"
 TITLE = "Ship it"
@@ -59,10 +59,10 @@ def _warm_worker() -> None:
     and the rewriting of each kernel's source (about 1 s more). Nothing here runs a kernel or a
     parallel torch op: a thread pool started before a fork would hang the children. Best
     effort."""
-    from msda_labs.stage import load
+    from msda_labs.student.earlier import load
 
     try:
-        from msda_labs import shipped
+        from msda_labs.student import shipped
 
         load(9, "use_fp32_grad_accum")
         x = torch.ones(2, requires_grad=True)
@@ -846,7 +846,8 @@ def test_gpu_exam_accumulator_paths_agree_in_float32(submission):
 # in the same run as the same step of the grid_sample reference. The baseline is the reference,
 # which every copy of the kit carries; the lab 10 chip is absent from an exported lab 10, so its
 # time is reported where it exists and never graded. The kernels here are always the shipped ones
-# (msda_labs.shipped): what this measures is the operator around them (validation, copies, the flag,
+# (msda_labs.student.shipped): what this measures is the operator around them
+# (validation, copies, the flag,
 # the autograd glue), and a step that follows the lab costs a fraction of the reference's forty
 # or so torch operations. fp32: atomics of the element type itself on every GPU. A step that
 # waits for the device (validation that reads spatial_shapes on the host does) cannot be captured

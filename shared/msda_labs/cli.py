@@ -34,7 +34,7 @@ class ResolvedLab:
 
 def _lab_from_manifest(key: str, start: Path | None = None,
                        by_path: bool = False) -> ResolvedLab | None:
-    from msda_labs.classroom.manifest import ManifestError, find_manifest, load_manifest
+    from msda_labs.course.manifest import ManifestError, find_manifest, load_manifest
 
     try:
         manifest = load_manifest(find_manifest(start))
@@ -268,8 +268,8 @@ def _print_annotations(lab_key: str, result) -> None:
 
 
 def _cmd_sync(ns) -> int:
-    from msda_labs.classroom.manifest import find_manifest, load_manifest
-    from msda_labs.handout import sync_lab, sync_ladder
+    from msda_labs.authoring.handout import sync_lab, sync_ladder
+    from msda_labs.course.manifest import find_manifest, load_manifest
 
     manifest = load_manifest(find_manifest())
     labs = [manifest.lab(key) for key in ns.labs] if ns.labs else \

@@ -14,7 +14,7 @@ import yaml
 from kit import MANIFEST, built_labs
 
 from msda_labs.classroom import workflows
-from msda_labs.classroom.manifest import Lab, Stage, load_manifest
+from msda_labs.course.manifest import Lab, Stage, load_manifest
 
 BIN = Path(sys.executable).parent
 REPORTER = "classroom-resources/autograding-grading-reporter@" + "0" * 40

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from msda_labs.cases import DECODER
 from msda_labs.gpu import bench
+from msda_labs.truth.cases import DECODER
 
 
 def test_forward_bytes_decoder_fp16_matches_the_hand_count():

@@ -61,7 +61,7 @@ def test_jobs_selftest_then_gpu_stages_on_modal_only_with_secrets():
 
 
 def test_the_commands_the_gpu_job_runs(tmp_path):
-    from msda_labs.classroom.manifest import load_manifest
+    from msda_labs.course.manifest import load_manifest
 
     manifest = load_manifest(ROOT / "classroom.yml")
     proc = subprocess.run([sys.executable, "-m", "msda_labs.gpu", "labs"], cwd=ROOT,

@@ -49,7 +49,7 @@ def test_app_image_and_function_are_defined_offline():
 
 
 def test_every_gpu_lab_of_the_kit_defines_an_app():
-    from msda_labs.classroom.manifest import load_manifest
+    from msda_labs.course.manifest import load_manifest
 
     manifest = load_manifest(ROOT / "classroom.yml")
     for lab in manifest.labs:

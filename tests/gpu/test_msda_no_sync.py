@@ -39,7 +39,7 @@ def test_host_side_reads_no_device_values():
     code = """
         import torch
         from msda_labs.chips import lab10
-        from msda_labs import shipped
+        from msda_labs.student import shipped
         B, Q, M, D, L, K = 2, 5, 2, 4, 2, 2
         meta = dict(device="meta")
         value = torch.empty(B, 20, M, D, **meta)
@@ -67,7 +67,7 @@ def test_host_side_reads_no_device_values():
 
 
 def _inputs(case_b=2, q=50, dtype=torch.float32, seed=0):
-    from msda_labs.cases import Case, make_inputs
+    from msda_labs.truth.cases import Case, make_inputs
 
     case = Case("capture", B=case_b, Q=q, M=4, D=32, shapes=((24, 32), (12, 16), (6, 8)), K=4,
                 seed=seed)
@@ -78,7 +78,7 @@ def _inputs(case_b=2, q=50, dtype=torch.float32, seed=0):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16],
                          ids=["fp32", "fp16", "bf16"])
 def test_forward_and_backward_capture_in_a_cuda_graph(dtype):
-    from msda_labs import runtime
+    from msda_labs.student import runtime
 
     runtime.configure("gpu")
     from msda_labs.chips.lab10 import msda
@@ -133,7 +133,7 @@ def test_forward_and_backward_capture_in_a_cuda_graph(dtype):
 
 @needs_cuda
 def test_eager_calls_never_synchronize():
-    from msda_labs import runtime
+    from msda_labs.student import runtime
 
     runtime.configure("gpu")
     from msda_labs.chips.lab10 import msda
@@ -154,7 +154,7 @@ def test_eager_calls_never_synchronize():
 
 @needs_cuda
 def test_torch_compile_fullgraph_matches_eager():
-    from msda_labs import runtime
+    from msda_labs.student import runtime
 
     runtime.configure("gpu")
     from msda_labs.chips.lab10 import msda

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from msda_labs.cases import MULTI_LEVEL, make_inputs
 from msda_labs.gpu import speed
 from msda_labs.gpu.prove import make_variant
 from msda_labs.gpu.speed import REFERENCE_LIMIT, check_reference_speed, race_all
-from msda_labs.reference import msda_reference
+from msda_labs.truth.cases import MULTI_LEVEL, make_inputs
+from msda_labs.truth.reference import msda_reference
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -138,7 +138,7 @@ def test_race_all_without_cuda_is_wall_clock_and_says_so():
 # -- lab 05 --------------------------------------------------------------------------------------
 
 FORWARD_STANDIN = '''
-from msda_labs.reference import msda_reference
+from msda_labs.truth.reference import msda_reference
 
 
 def msda_forward(value, spatial_shapes, level_start_index, sampling_locations,
@@ -230,7 +230,7 @@ def test_lab05_probe_plumbing_on_the_cpu(lab05, monkeypatch):
 
 BACKWARD_STANDIN = '''
 import torch
-from msda_labs.reference import msda_reference
+from msda_labs.truth.reference import msda_reference
 
 
 def msda_backward(value, spatial_shapes, level_start_index, sampling_locations,
@@ -321,7 +321,7 @@ def test_lab08_probe_plumbing_on_the_cpu(lab08, monkeypatch):
 # -- lab 10 --------------------------------------------------------------------------------------
 
 OPERATOR_STANDIN = '''
-from msda_labs.reference import msda_reference
+from msda_labs.truth.reference import msda_reference
 
 
 def msda(value, spatial_shapes, level_start_index, sampling_locations, attention_weights, *,

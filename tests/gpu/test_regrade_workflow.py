@@ -200,7 +200,7 @@ def test_empty_duplicate_and_too_long_lists_are_refused():
 
 
 def test_plan_checks_the_manifest():
-    from msda_labs.classroom.manifest import find_manifest, load_manifest
+    from msda_labs.course.manifest import find_manifest, load_manifest
 
     labs = load_manifest(find_manifest(ROOT)).labs
     gpu_lab = next(lab.id for lab in labs if lab.built and lab.has_gpu)

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from msda_labs.cases import EXACT_KNOTS, STANDARD_CASES, make_inputs
-from msda_labs.reference import msda_naive, msda_reference, msda_variant, reference_grads
+from msda_labs.truth.cases import EXACT_KNOTS, STANDARD_CASES, make_inputs
+from msda_labs.truth.reference import msda_naive, msda_reference, msda_variant, reference_grads
 
 
 @pytest.mark.parametrize("case", STANDARD_CASES, ids=lambda c: c.id)

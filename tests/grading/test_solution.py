@@ -1,6 +1,6 @@
 import pytest
 
-from msda_labs.solution import FenceError, strip
+from msda_labs.authoring.fences import FenceError, strip
 
 CHIP = '''def f(x):
     # TODO(Task 1.1): double it (about 1 line)

@@ -74,7 +74,7 @@ def test_liar_scores_zero(lab, tmp_path):
 
 @pytest.mark.parametrize("lab", lab_ids())
 def test_forbidden_import_scores_zero(lab, tmp_path):
-    text = "import msda_labs.reference as _answers\n" + chip_path(lab).read_text()
+    text = "import msda_labs.truth.reference as _answers\n" + chip_path(lab).read_text()
     result = run_grade(lab, submission=_write(tmp_path, lab, text))
     assert result["score"] == 0
     assert all("rules:" in t["message"] for _, t in all_tests(result))

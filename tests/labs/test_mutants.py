@@ -15,7 +15,7 @@ from kit import (
     run_grade,
 )
 
-from msda_labs.handout import collect_rules
+from msda_labs.authoring.handout import collect_rules
 
 
 def _enforcing_tests(lab_id: str) -> dict[str, list[str]]:

@@ -1,4 +1,5 @@
-"""The kernels lab 10 ships (msda_labs.shipped), in Triton's interpreter, and where they may go.
+"""The kernels lab 10 ships (msda_labs.student.shipped), in Triton's
+interpreter, and where they may go.
 
 The lab 10 exam grades them through ``msda``; these tests pin the launch options the exam does
 not reach: both launch orders, forced int64 offsets, several tiles, and ``level_start_index``
@@ -20,9 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_shipped_kernels_match_the_reference_in_every_launch_option():
     code = """
         import torch
-        from msda_labs import shipped
-        from msda_labs.cases import MULTI_LEVEL, OUT_OF_BOUNDS, EXACT_KNOTS, make_inputs
-        from msda_labs.reference import msda_reference, reference_grads
+        from msda_labs.student import shipped
+        from msda_labs.truth.cases import MULTI_LEVEL, OUT_OF_BOUNDS, EXACT_KNOTS, make_inputs
+        from msda_labs.truth.reference import msda_reference, reference_grads
 
         def rel(a, b):
             return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))

@@ -3,7 +3,7 @@
 import pytest
 from kit import chip_path, lab_ids, starter_path
 
-from msda_labs.solution import strip
+from msda_labs.authoring.fences import strip
 
 
 @pytest.mark.parametrize("lab", lab_ids())
@@ -24,7 +24,7 @@ def test_every_task_has_a_stub(lab):
 def test_handout_tasks_table_is_current(lab):
     from kit import MANIFEST, ROOT
 
-    from msda_labs.handout import sync_lab
+    from msda_labs.authoring.handout import sync_lab
 
     folder = ROOT / MANIFEST.lab(lab).folder
     assert (folder / "README.md").is_file(), f"{lab} has no handout"

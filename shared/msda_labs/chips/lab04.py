@@ -19,7 +19,7 @@ every address itself. Without a GPU, ``TRITON_INTERPRET=1`` runs the same kernel
 memory lies there).
 """
 
-from msda_labs import runtime
+from msda_labs.student import runtime
 
 # No GPU on this machine? Then Triton's interpreter runs the kernels (it must be chosen before
 # triton is imported). The grader sets it for you.

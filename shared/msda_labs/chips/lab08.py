@@ -28,7 +28,7 @@ Flat element indices of the contiguous tensors:
   grad_out[b, q, m, d]                ((b * Q + q) * M + m) * D + d
 """
 
-from msda_labs import runtime
+from msda_labs.student import runtime
 
 # No GPU on this machine? Then Triton's interpreter runs the kernels (it must be chosen before
 # triton is imported). The grader sets it for you.

@@ -40,7 +40,7 @@ def _cmd_export(ns) -> int:
         export_labs,
         gradescope_zip,
     )
-    from msda_labs.classroom.manifest import ManifestError, find_manifest, load_manifest
+    from msda_labs.course.manifest import ManifestError, find_manifest, load_manifest
 
     if not (ns.out or ns.gradescope or ns.classroom50):
         raise _problem("export: say where to: --out DIR (template repositories), "

@@ -157,7 +157,7 @@ def parse_submissions(text: str) -> list[Submission]:
 
 
 def _manifest_lab(lab_id: str, gpu: bool):
-    from msda_labs.classroom.manifest import ManifestError, find_manifest, load_manifest
+    from msda_labs.course.manifest import ManifestError, find_manifest, load_manifest
 
     try:
         manifest = load_manifest(find_manifest())

@@ -35,7 +35,7 @@ from pathlib import Path
 import yaml
 
 from msda_labs.classroom import integrity, workflows
-from msda_labs.classroom.manifest import Lab, Manifest, load_manifest
+from msda_labs.course.manifest import Lab, Manifest, load_manifest
 
 __all__ = ["ExportError", "export_lab", "export_labs", "find_leaks", "solution_blocks",
            "gradescope_zip", "classroom50_autograder", "classroom50_target",
@@ -48,7 +48,8 @@ _SKIP_PATTERNS = ("*.pyc", "*.pyo", "*.egg-info", "grade.json", "grade-gpu.json"
                   "grade.md")
 _CHIP = re.compile(r"^lab([0-9]{2})\.py$")
 # Kit modules that hold a later lab's answers outside the chips folder: {file name: the first lab
-# whose export may carry it}. msda_labs/shipped.py holds the tuned forward and backward kernels
+# whose export may carry it}.
+# msda_labs/student/shipped.py holds the tuned forward and backward kernels
 # that lab 10 ships (the math of labs 05-08 in full).
 _LATER_MODULES = {"shipped.py": 10}
 _FENCE = re.compile(r"^\s*#\s*(BEGIN SOLUTION|STARTER|END SOLUTION)\s*$")

@@ -110,7 +110,7 @@ def restore(work: Path, pristine: Path, lab_id: str) -> list[str]:
 
 def _kit_pristine(lab_id: str, scratch: Path) -> Path:
     from msda_labs.classroom.export import export_lab
-    from msda_labs.classroom.manifest import find_manifest, load_manifest
+    from msda_labs.course.manifest import find_manifest, load_manifest
 
     manifest = load_manifest(find_manifest())
     lab = manifest.lab(lab_id)

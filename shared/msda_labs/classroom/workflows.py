@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from importlib import resources
 
-from msda_labs.classroom.manifest import Lab, Manifest
+from msda_labs.course.manifest import Lab, Manifest
 
 __all__ = ["ACTIONS", "REPORTER_ACTION", "template", "fill", "reporter_env", "render_workflow",
            "render_noxfile",

@@ -102,7 +102,7 @@ class GpuSettings:
 def settings_for(lab_id: str, lab_dir: Path | str | None = None) -> GpuSettings:
     """Read the GPU stage of ``lab_id`` from the classroom.yml above ``lab_dir`` (or the kit's)."""
     try:
-        from msda_labs.classroom.manifest import find_manifest, load_manifest
+        from msda_labs.course.manifest import find_manifest, load_manifest
 
         manifest = load_manifest(find_manifest(Path(lab_dir) if lab_dir else None))
         lab = manifest.lab(lab_id)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 
 def _labs(ns) -> int:
-    from msda_labs.classroom.manifest import find_manifest, load_manifest
+    from msda_labs.course.manifest import find_manifest, load_manifest
 
     manifest = load_manifest(ns.manifest or find_manifest())
     for lab in manifest.labs:

@@ -250,7 +250,7 @@ def _keep_busy(ms: float = 300.0) -> None:
 def _reference_fp32(value, host_shapes, loc, attn, grad_out):
     import torch
 
-    from msda_labs.reference import msda_reference
+    from msda_labs.truth.reference import msda_reference
 
     v, lo, at = (t.detach().float().requires_grad_(True) for t in (value, loc, attn))
     out = msda_reference(v, host_shapes, lo, at)
@@ -399,11 +399,11 @@ def run(argv=None) -> int:
         return NO_GPU_STATUS
     import triton
 
-    from msda_labs import runtime
+    from msda_labs.student import runtime
 
     runtime.configure("gpu")
     from msda_labs.chips.lab10 import msda
-    from msda_labs.reference import msda_reference
+    from msda_labs.truth.reference import msda_reference
 
     def reference(value, spatial_shapes, level_start_index, sampling_locations,
                   attention_weights):

@@ -370,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="leave only the summaries, the bundle and a few plots in --out")
     args = parser.parse_args(argv)
 
-    from msda_labs.classroom.manifest import ManifestError, find_manifest, load_manifest
+    from msda_labs.course.manifest import ManifestError, find_manifest, load_manifest
 
     ensure_importable()
     try:

@@ -227,7 +227,8 @@ def check_speed(measured: Any, *, what: str, limit: float = DEFAULT_LIMIT, dtype
 # -- against the PyTorch reference: a baseline every copy of the kit carries ----------------------
 #
 # An exported lab carries the chips of earlier labs only, so a speed test graded against the chip
-# of its own lab could not run there. The grid_sample reference (msda_labs.reference) is always
+# of its own lab could not run there. The grid_sample reference
+# (msda_labs.truth.reference) is always
 # there: the grade is decided against it, and the chip, where present, is only reported.
 
 REFERENCE_LIMIT = 1.0

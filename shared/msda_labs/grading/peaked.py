@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from msda_labs.cases import Case, MSDAInputs, seeded_generator
-from msda_labs.reference import msda_variant
+from msda_labs.truth.cases import Case, MSDAInputs, seeded_generator
+from msda_labs.truth.reference import msda_variant
 
 __all__ = ["PEAKED", "ACC_HINT", "FP16_ACC_MESSAGE", "peaked_inputs", "fp16_running_sum"]
 

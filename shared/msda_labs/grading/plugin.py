@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
+from msda_labs.course.ladder import RULES, unknown_rules
 from msda_labs.grading.executor import Executor, InfrastructureError, Outcome
 from msda_labs.grading.results import ExerciseResult, GradeResult, TestResult
 from msda_labs.grading.rules import SourceInfo, forbidden_imports
-from msda_labs.ladder import RULES, unknown_rules
 
 __all__ = [
     "Submission",
@@ -215,7 +215,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "stage(name): 'gpu' for tests that need a CUDA device")
     config.addinivalue_line(
-        "markers", "rule(name, ...): the ladder rules this test enforces (msda_labs.ladder.RULES)")
+        "markers",
+        "rule(name, ...): the ladder rules this test enforces (msda_labs.course.ladder.RULES)")
     config.stash[GRADE_KEY] = GradingSession(config)
 
 
@@ -262,7 +263,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         unknown = unknown_rules(rule_names)
         if unknown or any(not m.args for m in item.iter_markers("rule")):
             problems.append(f"{item.nodeid}: unknown ladder rule(s) {unknown or '(none named)'}; "
-                            f"the rules are {', '.join(RULES)} (msda_labs/ladder.py)")
+                            f"the rules are {', '.join(RULES)} (msda_labs/course/ladder.py)")
             continue
         is_gpu = any(m.args and m.args[0] == "gpu" for m in item.iter_markers("stage"))
         if (gs.stage == "cpu" and is_gpu) or (gs.stage == "gpu" and not is_gpu) or \

@@ -75,24 +75,33 @@ class SourceInfo:
                          + r"\b", self.text) is not None
 
 
+STUDENT_PACKAGE = "msda_labs.student"
+"""The one part of the kit a student's module may import."""
+
+
 def forbidden_imports(info: SourceInfo, lab: int) -> list[str]:
-    """What the submission reaches for that holds answers: the ground truth, the grader, the
-    chip of this lab or a later one. Returns human-readable findings (empty when clean)."""
+    """What the submission reaches for that holds answers. A lab module may import
+    ``msda_labs.student`` and its modules, and the chips of earlier labs; everything else of
+    ``msda_labs`` (the ground truth, the mistakes, the grader, the tooling, the chip of this lab or
+    a later one) is off limits. Returns human-readable findings (empty when clean)."""
     if info.tree is None:
         return []
     findings = []
 
     def check_module(name: str, line: int) -> None:
-        if name == "msda_labs.reference" or \
-                name.startswith(("msda_labs.grading", "msda_labs.classroom")):
-            findings.append(f"line {line}: uses {name}, which is the grader's, not yours")
-        match = re.match(r"msda_labs\.chips\.lab(\d+)", name)
-        if match and int(match.group(1)) >= lab:
-            findings.append(
-                f"line {line}: uses {name}, the answer of lab {int(match.group(1)):02d}")
-        if name == "msda_labs.chips":
+        if not re.fullmatch(r"msda_labs(\.\w+)+", name):
+            return
+        chip = re.fullmatch(r"msda_labs\.chips\.lab(\d+)(\.\w+)*", name)
+        if chip:
+            if int(chip.group(1)) >= lab:
+                findings.append(
+                    f"line {line}: uses {name}, the answer of lab {int(chip.group(1)):02d}")
+        elif name == "msda_labs.chips":
             findings.append(f"line {line}: imports msda_labs.chips directly; load earlier labs "
-                            f"with msda_labs.stage.load")
+                            f"with msda_labs.student.earlier.load")
+        elif name != STUDENT_PACKAGE and not name.startswith(STUDENT_PACKAGE + "."):
+            findings.append(f"line {line}: uses {name}, which is the grader's, not yours "
+                            f"(a lab module may import {STUDENT_PACKAGE} only)")
 
     for node in ast.walk(info.tree):
         if isinstance(node, ast.Import):

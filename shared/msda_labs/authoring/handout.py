@@ -13,7 +13,7 @@ import re
 from collections import OrderedDict
 from pathlib import Path
 
-from msda_labs.solution import strip
+from msda_labs.authoring.fences import strip
 
 __all__ = ["collect_tasks", "collect_rules", "tasks_table", "sync_lab", "sync_ladder"]
 
@@ -148,7 +148,7 @@ def sync_ladder(root: Path, labs, check: bool = False) -> tuple[list[str], list[
 
     Returns (what differed, what is wrong with the cells: empty, contradictory, unknown).
     """
-    from msda_labs import ladder
+    from msda_labs.course import ladder
 
     wanted = [(lab_id, folder) for lab_id, folder in labs if lab_id in ladder.LABS]
     graded, gpu = ladder_cells(root, wanted)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from msda_labs.reference import level_starts
+from msda_labs.truth.reference import level_starts
 
 __all__ = [
     "GRAD_MISTAKES",

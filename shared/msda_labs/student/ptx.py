@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from msda_labs import runtime  # noqa: F401 - pins TRITON_DEFAULT_FP_FUSION before triton loads
+from msda_labs.student import runtime  # noqa: F401 - pins TRITON_DEFAULT_FP_FUSION before triton loads
 
 __all__ = [
     "AOTError",

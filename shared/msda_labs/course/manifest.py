@@ -87,7 +87,7 @@ class Manifest:
 
 
 def schema() -> dict:
-    text = resources.files("msda_labs.classroom").joinpath("classroom.schema.json").read_text()
+    text = resources.files("msda_labs.course").joinpath("classroom.schema.json").read_text()
     return json.loads(text)
 
 

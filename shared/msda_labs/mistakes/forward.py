@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from msda_labs.reference import MISTAKES, msda_variant
+from msda_labs.truth.reference import MISTAKES, msda_variant
 
 __all__ = ["msda_variants", "FORWARD_MISTAKES", "pixel_reads", "pixel_variants", "PIXEL_MISTAKES"]
 

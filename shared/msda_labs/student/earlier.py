@@ -46,7 +46,7 @@ def _load_mine(lab: int) -> Any | None:
         spec.loader.exec_module(module)
     except Exception as exc:  # a broken artifact of the student's falls back, loudly
         del sys.modules[name]
-        print(f"[msda_labs.stage] {path} does not import ({type(exc).__name__}: {exc}); "
+        print(f"[msda_labs.student.earlier] {path} does not import ({type(exc).__name__}: {exc}); "
               f"using the chip instead", file=sys.stderr)
         return None
     return module

@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from msda_labs import runtime
+from msda_labs.student import runtime
 
 INT32_LIMIT = 2**31 - 1
 
