@@ -17,18 +17,14 @@ import json
 import os
 import sys
 import tempfile
-import uuid
 from pathlib import Path
+
+from msda_labs.classroom.workflows import write_step_outputs
+from msda_labs.errors import KitError
 
 __all__ = ["register", "FORMATS"]
 
 FORMATS = ("terminal", "markdown", "json", "github-classroom", "classroom50", "gradescope")
-
-
-def _problem(message: str):
-    from msda_labs.cli import UsageProblem
-
-    return UsageProblem(message)
 
 
 # ---------------------------------------------------------------------------------------- export
@@ -43,7 +39,7 @@ def _cmd_export(ns) -> int:
     from msda_labs.course.manifest import ManifestError, find_manifest, load_manifest
 
     if not (ns.out or ns.gradescope or ns.classroom50):
-        raise _problem("export: say where to: --out DIR (template repositories), "
+        raise KitError("export: say where to: --out DIR (template repositories), "
                        "--gradescope PATH and/or --classroom50 DIR")
     try:
         manifest = load_manifest(find_manifest())
@@ -52,11 +48,11 @@ def _cmd_export(ns) -> int:
         else:
             labs = [manifest.lab(key) for key in ns.labs]
         if ns.classroom50 and not ns.classroom:
-            raise _problem("--classroom50 REPO needs --classroom NAME, the classroom's short "
+            raise KitError("--classroom50 REPO needs --classroom NAME, the classroom's short "
                            "name: the autograder goes to REPO/NAME/autograders/<assignment>/, "
                            "the only place Classroom 50 bundles it from")
         if ns.assignment and len(labs) != 1:
-            raise _problem("--assignment names one lab's assignment; export one lab with it")
+            raise KitError("--assignment names one lab's assignment; export one lab with it")
         if ns.out:
             for path in export_labs(manifest, [lab.id for lab in labs], Path(ns.out),
                                     reporter_action=ns.reporter_action, git=ns.git,
@@ -76,7 +72,7 @@ def _cmd_export(ns) -> int:
                                                     ns.classroom)
                     print(f"classroom 50 autograder {target}")
     except (ExportError, ManifestError, ValueError) as exc:
-        raise _problem(str(exc)) from None
+        raise KitError(str(exc)) from None
     return 0
 
 
@@ -94,7 +90,7 @@ def _cmd_regrade(ns) -> int:
 
     path = Path(ns.path)
     if not path.is_dir():
-        raise _problem(f"{path} is not a folder (a student's checkout, or a folder of them)")
+        raise KitError(f"{path} is not a folder (a student's checkout, or a folder of them)")
     options = dict(seed=ns.seed, gpu=ns.gpu, timeout=ns.timeout)
     pristine = Path(ns.pristine) if ns.pristine else None
     batch = ns.batch or ns.gradebook or not is_checkout(path)
@@ -116,9 +112,9 @@ def _cmd_regrade(ns) -> int:
         rows = regrade_batch(path, lab=ns.lab, prefix=ns.prefix, pristine=pristine,
                              progress=progress, **options)
     except RegradeError as exc:
-        raise _problem(str(exc)) from None
+        raise KitError(str(exc)) from None
     if not rows:
-        raise _problem(f"{path} holds no checkouts (sub-folders with a labNN.py)")
+        raise KitError(f"{path} holds no checkouts (sub-folders with a labNN.py)")
     gradebook = write_gradebook(rows, Path(ns.gradebook or "gradebook.csv"))
     print(f"gradebook: {gradebook} ({len(rows)} rows)")
     if ns.json:
@@ -129,18 +125,6 @@ def _cmd_regrade(ns) -> int:
 
 
 # ---------------------------------------------------------------------------------------- report
-
-def _github_output(key: str, value: str) -> None:
-    target = os.environ.get("GITHUB_OUTPUT")
-    if not target:
-        raise _problem("--github-output needs $GITHUB_OUTPUT (it is set inside GitHub Actions)")
-    with open(target, "a") as fh:
-        if "\n" in value:
-            delimiter = f"msda_{uuid.uuid4().hex}"
-            fh.write(f"{key}<<{delimiter}\n{value}\n{delimiter}\n")
-        else:
-            fh.write(f"{key}={value}\n")
-
 
 def _render(result, fmt: str) -> str:
     from msda_labs.classroom import platforms
@@ -186,15 +170,15 @@ def _cmd_report(ns) -> int:
     if ns.runners:
         return _reporter(ns.runners)
     if not ns.grade_json:
-        raise _problem("report: give a grade.json (or --runners in a workflow)")
+        raise KitError("report: give a grade.json (or --runners in a workflow)")
     try:
         result = GradeResult.read_json(ns.grade_json)
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise _problem(f"{ns.grade_json} is not a grade.json written by `grade --json` "
+        raise KitError(f"{ns.grade_json} is not a grade.json written by `grade --json` "
                        f"({type(exc).__name__}: {exc})") from None
     text = _render(result, ns.format)
-    if ns.github_output:
-        _github_output(ns.github_output, text.strip())
+    if ns.github_output and not write_step_outputs({ns.github_output: text.strip()}):
+        raise KitError("--github-output needs $GITHUB_OUTPUT (it is set inside GitHub Actions)")
     if ns.out:
         Path(ns.out).write_text(text)
     if not ns.github_output and not ns.out:

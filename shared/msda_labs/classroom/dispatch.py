@@ -25,9 +25,11 @@ import json
 import os
 import re
 import sys
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
+
+from msda_labs.classroom.workflows import write_step_outputs
+from msda_labs.errors import KitError
 
 __all__ = ["DispatchError", "Submission", "MAX_SUBMISSIONS", "parse_lab", "parse_submissions",
            "plan", "gradebook_rows", "render_summary", "main"]
@@ -46,7 +48,7 @@ _SHORT_SHA = re.compile(r"^[0-9a-fA-F]{7,39}$")
 _REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
 
 
-class DispatchError(ValueError):
+class DispatchError(KitError, ValueError):
     """The workflow's inputs are not valid; the message says which entry and why."""
 
 
@@ -186,18 +188,6 @@ def _truthy(text: str | None) -> bool:
     return (text or "").strip().lower() in ("true", "1", "yes")
 
 
-def _github_output(values: dict[str, str]) -> None:
-    target = os.environ.get("GITHUB_OUTPUT")
-    if not target:
-        for key, value in values.items():
-            print(f"{key}={value}")
-        return
-    with open(target, "a") as fh:
-        for key, value in values.items():
-            delimiter = f"msda_{uuid.uuid4().hex}"
-            fh.write(f"{key}<<{delimiter}\n{value}\n{delimiter}\n")
-
-
 # ------------------------------------------------------------------------------------- gradebook
 
 def _regrade_entry(path: Path) -> dict | None:
@@ -295,8 +285,11 @@ def _cmd_plan(ns) -> int:
         print(f"  {item['label']}  ->  submissions/{item['folder']}")
     print(f"{len(result['include'])} submission(s) of {result['lab']}"
           + (" (with the GPU stage on Modal)" if gpu else ""))
-    _github_output({"lab": result["lab"], "gpu": json.dumps(result["gpu"]),
-                    "matrix": json.dumps({"include": result["include"]})})
+    outputs = {"lab": result["lab"], "gpu": json.dumps(result["gpu"]),
+               "matrix": json.dumps({"include": result["include"]})}
+    if not write_step_outputs(outputs):  # outside GitHub Actions: show what it would write
+        for key, value in outputs.items():
+            print(f"{key}={value}")
     return 0
 
 

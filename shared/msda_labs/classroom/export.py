@@ -34,8 +34,10 @@ from pathlib import Path
 
 import yaml
 
-from msda_labs.classroom import integrity, workflows
+from msda_labs.classroom import workflows
 from msda_labs.course.manifest import Lab, Manifest, load_manifest
+from msda_labs.errors import KitError
+from msda_labs.grading import integrity
 
 __all__ = ["ExportError", "export_lab", "export_labs", "find_leaks", "solution_blocks",
            "gradescope_zip", "classroom50_autograder", "classroom50_target",
@@ -55,7 +57,7 @@ _LATER_MODULES = {"shipped.py": 10}
 _FENCE = re.compile(r"^\s*#\s*(BEGIN SOLUTION|STARTER|END SOLUTION)\s*$")
 
 
-class ExportError(RuntimeError):
+class ExportError(KitError, RuntimeError):
     """The export cannot be written (or would leak an answer)."""
 
 
