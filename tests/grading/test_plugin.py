@@ -48,6 +48,8 @@ def test_f(submission):
      "points must be a non-negative int"),
     ('@pytest.mark.task("98.1", points=1)\n@pytest.mark.tsak("x")\n'
      'def test_f(submission):\n    pass\n', "tsak"),
+    ('@pytest.mark.task("98.1", points=1)\n@pytest.mark.stage("cpu")\n'
+     'def test_f(submission):\n    pass\n', "the one stage marker is @pytest.mark.stage('gpu')"),
 ])
 def test_malformed_tests_are_a_usage_error(tmp_path, body, message):
     proc = _grade(_lab(tmp_path, HEADER + body))

@@ -31,7 +31,7 @@ from pathlib import Path
 from msda_labs.classroom.workflows import write_step_outputs
 from msda_labs.errors import KitError
 
-__all__ = ["DispatchError", "Submission", "MAX_SUBMISSIONS", "parse_lab", "parse_submissions",
+__all__ = ["DispatchError", "DispatchEntry", "MAX_SUBMISSIONS", "parse_lab", "parse_submissions",
            "plan", "gradebook_rows", "render_summary", "main"]
 
 # GitHub runs at most 256 jobs from one matrix.
@@ -53,7 +53,7 @@ class DispatchError(KitError, ValueError):
 
 
 @dataclass(frozen=True)
-class Submission:
+class DispatchEntry:
     """One ``owner/repo@ref`` entry of the dispatch."""
 
     owner: str
@@ -119,7 +119,7 @@ def _folder_part(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "-", text)
 
 
-def parse_submissions(text: str) -> list[Submission]:
+def parse_submissions(text: str) -> list[DispatchEntry]:
     """Parse the ``submissions`` input: ``owner/repo@ref`` entries separated by spaces, commas
     or newlines; lines starting with ``#`` are comments. Raises :class:`DispatchError` naming the
     first bad entry, a duplicate, an empty list or one longer than :data:`MAX_SUBMISSIONS`."""
@@ -149,7 +149,7 @@ def parse_submissions(text: str) -> list[Submission]:
         folder = f"{owner}--{repo}"
         if per_repo[owner.lower(), repo.lower()] > 1:  # two commits of one repository
             folder += f"--{_folder_part(ref[:12] if _SHA.match(ref) else ref)}"
-        result.append(Submission(owner, repo, ref, folder))
+        result.append(DispatchEntry(owner, repo, ref, folder))
     folders = [s.folder.lower() for s in result]
     clash = sorted({f for f in folders if folders.count(f) > 1})
     if clash:
@@ -201,7 +201,7 @@ def _regrade_entry(path: Path) -> dict | None:
     return None
 
 
-def gradebook_rows(lab: str, entries: list[Submission], reports: Path, *, gpu: bool,
+def gradebook_rows(lab: str, entries: list[DispatchEntry], reports: Path, *, gpu: bool,
                    merged: Path | None = None) -> list:
     """One :class:`~msda_labs.classroom.regrade.GradebookRow` per submission, from the artifacts
     in ``reports``; with ``merged``, also write each merged result there as ``<folder>.json``."""

@@ -26,11 +26,6 @@ __all__ = ["label_of", "github_classroom_result", "encode_github_classroom",
            "gradescope_results", "CLASSROOM50_SCHEMA"]
 
 CLASSROOM50_SCHEMA = "classroom50/result/v1"
-# autograding-command-grader statuses: pass | fail | error.
-_GH_STATUS = {"passed": "pass", "failed": "fail", "not_attempted": "fail", "error": "error",
-              "crashed": "error", "timeout": "error"}
-_WORDS = {"passed": "passed", "failed": "failed", "not_attempted": "not attempted",
-          "error": "error", "crashed": "crashed", "timeout": "timed out"}
 
 
 def label_of(ex, test) -> str:
@@ -39,9 +34,10 @@ def label_of(ex, test) -> str:
 
 
 def _feedback(test) -> str:
-    if test.status == "passed":
-        return "passed"
-    return f"{_WORDS[test.status]}: {test.message}" if test.message else _WORDS[test.status]
+    """The word of a test's status (:attr:`Status.feedback`), then its message."""
+    if test.status.passed:
+        return test.status.feedback
+    return f"{test.status.feedback}: {test.message}" if test.message else test.status.feedback
 
 
 def github_classroom_result(result: GradeResult, test_command: str = "") -> dict:
@@ -50,7 +46,7 @@ def github_classroom_result(result: GradeResult, test_command: str = "") -> dict
     for ex, test in result.tests():
         tests.append({
             "name": f"{label_of(ex, test)} ({test.max_score} pt{'s' * (test.max_score != 1)})",
-            "status": _GH_STATUS[test.status],
+            "status": test.status.github,  # autograding-command-grader: pass | fail | error
             "score": int(test.score),
             "message": _feedback(test),
             "test_code": test_command or f"python -m msda_labs grade . --task {ex.id}",
@@ -249,7 +245,7 @@ def classroom50_result(result: GradeResult, env: Mapping[str, str] | None = None
     """
     env = os.environ if env is None else env
     now = graded or datetime.now(timezone.utc)
-    tests = [{"test-name": label_of(ex, t), "passed": t.status == "passed",
+    tests = [{"test-name": label_of(ex, t), "passed": t.status.passed,
               "score": int(t.score), "max-score": int(t.max_score)} for ex, t in result.tests()]
     info = result.integrity
     # After a regrade, `tampered` lists what the student changed (restored before grading).
@@ -294,10 +290,10 @@ def gradescope_results(result: GradeResult, *, execution_time: float | None = No
             "number": f"{ex.id}.{counters[ex.id]}",
             "score": int(t.score),
             "max_score": int(t.max_score),
-            "status": "passed" if t.status == "passed" else "failed",
+            "status": t.status.gradescope,
             "output": _feedback(t),
             "output_format": "text",
-            "tags": [f"task {ex.id}", f"stage {t.stage}"],
+            "tags": [f"task {ex.id}", f"stage {t.stage}", f"mode {t.mode}"],
         }
         tests.append(entry)
     out = {

@@ -1,4 +1,6 @@
-"""The grader: isolation (executor, zygote), the pytest plugin, comparisons, results, renderers.
+"""The grader: the grading flow (session), one stage of one lab here (stage_run), isolation
+(executor, zygote), the pytest plugin and what a test sees of a submission, comparisons,
+results, renderers, the integrity of a lab's grading files.
 
 Lab tests import the comparisons from here::
 
