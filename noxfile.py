@@ -122,10 +122,11 @@ def selftest(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def lint(session: nox.Session) -> None:
-    """ruff, and starters / task tables in step with their chips and tests."""
-    session.install("ruff==0.17.6")
+    """ruff, the direction of imports, and starters / task tables in step with their chips."""
+    session.install("ruff==0.17.6", "import-linter==2.17", "grimp==3.20")
     session.run("ruff", "check", str(ROOT))
     _install(session)
+    session.run("lint-imports", "--no-cache")  # the contracts in pyproject.toml
     session.run("python", "-m", "msda_labs", "sync", "--check")
 
 

@@ -27,7 +27,7 @@ from msda_labs.errors import KitError
 from msda_labs.grading import integrity
 from msda_labs.grading.results import GradeResult
 
-__all__ = ["RegradeError", "GradebookRow", "detect_lab", "restore", "regrade_checkout", "regrade",
+__all__ = ["RegradeError", "GradebookRow", "detect_lab", "restore", "regrade_checkout",
            "regrade_batch", "write_gradebook", "is_checkout", "commit_of", "GRADEBOOK_COLUMNS"]
 
 GRADEBOOK_COLUMNS = ("student", "lab", "score", "max", "integrity", "commit", "note")
@@ -203,11 +203,6 @@ def _gpu_stage(lab_id: str, work: Path, seed: int | None, timeout: float | None)
                                     seed=seed)
     except (KitError, runner.GpuUnavailable) as exc:
         raise RegradeError(f"the GPU stage of {lab_id} could not run: {exc}") from None
-
-
-def regrade(path: Path, **options) -> GradeResult:
-    """Regrade one checkout (see :func:`regrade_checkout`)."""
-    return regrade_checkout(path, **options)
 
 
 @dataclass

@@ -20,7 +20,7 @@ import hashlib
 import sys
 from pathlib import Path
 
-__all__ = ["MANIFEST_PATH", "GRADING_DIRS", "GRADING_FILES", "grading_files", "is_grading_path",
+__all__ = ["MANIFEST_PATH", "GRADING_DIRS", "GRADING_FILES", "grading_files",
            "write_manifest", "read_manifest", "diff", "compare_trees", "check_folder"]
 
 MANIFEST_PATH = ".msda/integrity.sha256"
@@ -36,16 +36,6 @@ _LITTER_SUFFIXES = (".pyc", ".pyo")
 def _is_litter(rel: Path) -> bool:
     return (any(part in _LITTER_DIRS or part.endswith(".egg-info") for part in rel.parts)
             or rel.name.endswith(_LITTER_SUFFIXES))
-
-
-def is_grading_path(rel: str) -> bool:
-    """True for a repository-relative path (``/``-separated) that belongs to the grading files."""
-    path = Path(rel)
-    if _is_litter(path):
-        return False
-    if rel in GRADING_FILES or rel in ROOT_HOOKS:
-        return True
-    return any(rel.startswith(d + "/") for d in GRADING_DIRS)
 
 
 def sha256_file(path: Path) -> str:
