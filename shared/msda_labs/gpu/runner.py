@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from msda_labs.errors import GpuStageError
 from msda_labs.gpu.body import artifact_dir, grade_here, settings_for
 from msda_labs.gpu.where import GpuUnavailable, route
+from msda_labs.grading.stage_run import SEED_ENV
 
 if TYPE_CHECKING:  # pragma: no cover
     from msda_labs.grading.results import GradeResult
@@ -63,8 +64,8 @@ def _run_on_modal(lab_id: str, lab_dir: Path, submission: Path, *, timeout, task
         raise GpuStageError(f"Modal credentials were found but the modal client is not installed "
                             f"({exc}): pip install modal==1.6.4 (`nox -s {lab_id}-gpu` installs "
                             f"it for you)") from None
-    if seed is None and os.environ.get("MSDA_GRADE_SEED", "").strip().lstrip("-").isdigit():
-        seed = int(os.environ["MSDA_GRADE_SEED"])  # the container does not see this process's env
+    if seed is None and os.environ.get(SEED_ENV, "").strip().lstrip("-").isdigit():
+        seed = int(os.environ[SEED_ENV])  # the container does not see this process's environment
     settings = settings_for(lab_id, lab_dir)
     built = modal_app.build(settings, lab_dir)
     payload = built.run_remote(submission, timeout=timeout, tasks=tuple(tasks), seed=seed)
