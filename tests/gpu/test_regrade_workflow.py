@@ -226,9 +226,9 @@ def test_plan_command_writes_the_matrix_and_stops_on_a_bad_entry(tmp_path):
     proc = _run(["plan"], {"LAB": "lab01", "SUBMISSIONS": f"c/ada@{SHA}\nc/bob@main"}, tmp_path)
     assert proc.returncode == 0, proc.stderr
     out = (tmp_path / "output").read_text()
-    matrix = json.loads(re.search(r"^matrix=(.*)$", out, re.M).group(1))
+    matrix = json.loads(re.search(r"matrix<<(\S+)\n(.*)\n\1", out, re.S).group(2))
     assert [e["folder"] for e in matrix["include"]] == ["c--ada", "c--bob"]
-    assert re.search(r"^gpu=false$", out, re.M)
+    assert re.search(r"gpu<<(\S+)\nfalse\n\1", out)
     (tmp_path / "output").unlink()
     proc = _run(["plan"], {"LAB": "lab01", "SUBMISSIONS": "c/ada@$(curl-evil)",
                            "GITHUB_ACTIONS": "true"}, tmp_path)

@@ -287,7 +287,7 @@ def _cmd_plan(ns) -> int:
           + (" (with the GPU stage on Modal)" if gpu else ""))
     outputs = {"lab": result["lab"], "gpu": json.dumps(result["gpu"]),
                "matrix": json.dumps({"include": result["include"]})}
-    if not write_step_outputs(outputs):  # outside GitHub Actions: show what it would write
+    if not write_step_outputs(outputs, blocks=True):  # outside Actions: show what it would write
         for key, value in outputs.items():
             print(f"{key}={value}")
     return 0

@@ -60,9 +60,10 @@ def reporter_env(runner_id: str) -> str:
     return f"{runner_id.upper()}_RESULTS"
 
 
-def write_step_outputs(values: Mapping[str, str]) -> bool:
-    """Append step outputs to ``$GITHUB_OUTPUT``: ``key=value`` for a one-line value, else a
-    ``key<<DELIMITER`` block with a random delimiter (so a value cannot end the block early).
+def write_step_outputs(values: Mapping[str, str], *, blocks: bool = False) -> bool:
+    """Append step outputs to ``$GITHUB_OUTPUT``: ``key=value`` for a one-line value, else (and
+    always with ``blocks``, for values built from workflow inputs) a ``key<<DELIMITER`` block with
+    a random delimiter, so a value cannot end the block early or add an output.
 
     Returns False, writing nothing, when ``$GITHUB_OUTPUT`` is not set (outside GitHub Actions).
     """
@@ -71,7 +72,7 @@ def write_step_outputs(values: Mapping[str, str]) -> bool:
         return False
     with open(target, "a") as fh:
         for key, value in values.items():
-            if "\n" in value:
+            if blocks or "\n" in value:
                 delimiter = f"msda_{uuid.uuid4().hex}"
                 fh.write(f"{key}<<{delimiter}\n{value}\n{delimiter}\n")
             else:
