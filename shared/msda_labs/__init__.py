@@ -9,7 +9,8 @@ The package is arranged by who may use each part (docs/architecture.md draws the
   wrong versions that the tests must reject. Grader only.
 - ``msda_labs.course``: the manifest and the ladder of rules.
 - ``msda_labs.grading``, ``msda_labs.gpu``, ``msda_labs.classroom``: the grader, where a stage
-  runs, and the classroom tooling.
+  runs, and the classroom tooling; ``msda_labs.cli`` is the command line on top of them.
+- ``msda_labs.errors``: ``KitError``, the one error base (the command line exits 2 with it).
 - ``msda_labs.authoring``: tools for the people who write the course.
 - ``msda_labs.chips``: the reference solution of every lab.
 """

@@ -26,10 +26,10 @@ import pytest
 from classroom_kit import cheapest_lab, clean_env, grade_export, representative_lab, validate
 from kit import CHIPS, MANIFEST, all_tests, built_labs, chip_path
 
-from msda_labs.classroom import integrity
 from msda_labs.classroom.export import ExportError, export_lab, find_leaks, solution_blocks
 from msda_labs.cli import main
 from msda_labs.course.manifest import load_manifest
+from msda_labs.grading import integrity
 
 READY = [lab.id for lab in built_labs()]
 CHEAP = cheapest_lab().id

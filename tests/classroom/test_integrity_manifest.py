@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from msda_labs.classroom import integrity
+from msda_labs.grading import integrity
 
 
 @pytest.fixture

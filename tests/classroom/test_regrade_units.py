@@ -7,7 +7,8 @@ import shutil
 import pytest
 from classroom_kit import cheapest_lab
 
-from msda_labs.classroom import integrity, regrade
+from msda_labs.classroom import regrade
+from msda_labs.grading import integrity
 from msda_labs.grading.results import ExerciseResult, GradeResult
 from msda_labs.grading.results import TestResult as Verdict
 
@@ -53,7 +54,7 @@ def test_detect_lab(tmp_path, checkout):
 
 
 def test_gpu_stage_is_merged_into_the_cpu_result(exports, checkout, monkeypatch):
-    import msda_labs.gpu as gpu
+    from msda_labs.gpu import runner
 
     cpu = GradeResult(LAB, stages=["cpu"], exercises=[
         ExerciseResult("1.1", "f", [Verdict("test_cpu", "passed", 2, 2)])])
@@ -66,7 +67,7 @@ def test_gpu_stage_is_merged_into_the_cpu_result(exports, checkout, monkeypatch)
             ExerciseResult("1.1", "f", [Verdict("test_gpu", "failed", 0, 3, "slow")])])
 
     monkeypatch.setattr(regrade, "_grade_subprocess", lambda *a, **k: cpu)
-    monkeypatch.setattr(gpu, "run_gpu_stage", fake_gpu)
+    monkeypatch.setattr(runner, "run_gpu_stage", fake_gpu)
     result = regrade.regrade_checkout(checkout, pristine=exports[LAB], gpu=True, seed=5)
     assert seen == {"lab_id": LAB, "tests": True, "name": f"{LAB}.py", "seed": 5}
     assert result.stages == ["cpu", "gpu"]

@@ -27,7 +27,7 @@ class _Collector:
         self.gpu_tests: set[str] = set()
 
     def pytest_collection_finish(self, session):
-        from msda_labs.grading.plugin import GRADE_KEY
+        from msda_labs.grading.plugin import GRADE_KEY, is_gpu_test
 
         gs = session.config.stash[GRADE_KEY]
         for task_id, name in gs.tasks.items():
@@ -38,7 +38,7 @@ class _Collector:
                 entry = self.tasks[task_id]
                 entry[1] += points
                 entry[2] += 1
-                if item.get_closest_marker("stage") is not None:
+                if is_gpu_test(item):
                     entry[3] = True
                     self.gpu_tests.add(item.originalname)
                 for mark in item.iter_markers("rule"):

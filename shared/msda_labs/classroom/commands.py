@@ -16,67 +16,31 @@ import argparse
 import json
 import os
 import sys
-import tempfile
-import uuid
 from pathlib import Path
 
-__all__ = ["register", "FORMATS"]
+from msda_labs.classroom.platforms import FORMATS
+from msda_labs.classroom.workflows import write_step_outputs
+from msda_labs.errors import KitError
 
-FORMATS = ("terminal", "markdown", "json", "github-classroom", "classroom50", "gradescope")
-
-
-def _problem(message: str):
-    from msda_labs.cli import UsageProblem
-
-    return UsageProblem(message)
+__all__ = ["register"]
 
 
 # ---------------------------------------------------------------------------------------- export
 
 def _cmd_export(ns) -> int:
-    from msda_labs.classroom.export import (
-        ExportError,
-        classroom50_autograder,
-        export_labs,
-        gradescope_zip,
-    )
-    from msda_labs.course.manifest import ManifestError, find_manifest, load_manifest
+    from msda_labs.classroom.export import write_exports
 
     if not (ns.out or ns.gradescope or ns.classroom50):
-        raise _problem("export: say where to: --out DIR (template repositories), "
+        raise KitError("export: say where to: --out DIR (template repositories), "
                        "--gradescope PATH and/or --classroom50 DIR")
     try:
-        manifest = load_manifest(find_manifest())
-        if "all" in ns.labs:
-            labs = [lab for lab in manifest.labs if lab.built]
-        else:
-            labs = [manifest.lab(key) for key in ns.labs]
-        if ns.classroom50 and not ns.classroom:
-            raise _problem("--classroom50 REPO needs --classroom NAME, the classroom's short "
-                           "name: the autograder goes to REPO/NAME/autograders/<assignment>/, "
-                           "the only place Classroom 50 bundles it from")
-        if ns.assignment and len(labs) != 1:
-            raise _problem("--assignment names one lab's assignment; export one lab with it")
-        if ns.out:
-            for path in export_labs(manifest, [lab.id for lab in labs], Path(ns.out),
-                                    reporter_action=ns.reporter_action, git=ns.git,
-                                    force=ns.force):
-                print(f"exported {path}")
-        with tempfile.TemporaryDirectory(prefix="msda-export-") as tmp:
-            for lab in labs:
-                if ns.gradescope:
-                    target = Path(ns.gradescope)
-                    if len(labs) > 1 or target.suffix != ".zip":
-                        target = target / f"{lab.folder}-gradescope.zip"
-                    gradescope_zip(manifest, lab, target, Path(tmp) / f"gs-{lab.id}")
-                    print(f"gradescope autograder {target}")
-                if ns.classroom50:
-                    target = classroom50_autograder(manifest, lab, Path(ns.classroom50),
-                                                    Path(tmp) / f"c50-{lab.id}", ns.assignment,
-                                                    ns.classroom)
-                    print(f"classroom 50 autograder {target}")
-    except (ExportError, ManifestError, ValueError) as exc:
-        raise _problem(str(exc)) from None
+        for line in write_exports(ns.labs, out=ns.out, gradescope=ns.gradescope,
+                                  classroom50=ns.classroom50, classroom=ns.classroom,
+                                  assignment=ns.assignment, reporter_action=ns.reporter_action,
+                                  git=ns.git, force=ns.force):
+            print(line)
+    except ValueError as exc:  # e.g. a template placeholder left unfilled
+        raise KitError(str(exc)) from None
     return 0
 
 
@@ -94,7 +58,7 @@ def _cmd_regrade(ns) -> int:
 
     path = Path(ns.path)
     if not path.is_dir():
-        raise _problem(f"{path} is not a folder (a student's checkout, or a folder of them)")
+        raise KitError(f"{path} is not a folder (a student's checkout, or a folder of them)")
     options = dict(seed=ns.seed, gpu=ns.gpu, timeout=ns.timeout)
     pristine = Path(ns.pristine) if ns.pristine else None
     batch = ns.batch or ns.gradebook or not is_checkout(path)
@@ -116,9 +80,9 @@ def _cmd_regrade(ns) -> int:
         rows = regrade_batch(path, lab=ns.lab, prefix=ns.prefix, pristine=pristine,
                              progress=progress, **options)
     except RegradeError as exc:
-        raise _problem(str(exc)) from None
+        raise KitError(str(exc)) from None
     if not rows:
-        raise _problem(f"{path} holds no checkouts (sub-folders with a labNN.py)")
+        raise KitError(f"{path} holds no checkouts (sub-folders with a labNN.py)")
     gradebook = write_gradebook(rows, Path(ns.gradebook or "gradebook.csv"))
     print(f"gradebook: {gradebook} ({len(rows)} rows)")
     if ns.json:
@@ -130,71 +94,24 @@ def _cmd_regrade(ns) -> int:
 
 # ---------------------------------------------------------------------------------------- report
 
-def _github_output(key: str, value: str) -> None:
-    target = os.environ.get("GITHUB_OUTPUT")
-    if not target:
-        raise _problem("--github-output needs $GITHUB_OUTPUT (it is set inside GitHub Actions)")
-    with open(target, "a") as fh:
-        if "\n" in value:
-            delimiter = f"msda_{uuid.uuid4().hex}"
-            fh.write(f"{key}<<{delimiter}\n{value}\n{delimiter}\n")
-        else:
-            fh.write(f"{key}={value}\n")
-
-
-def _render(result, fmt: str) -> str:
-    from msda_labs.classroom import platforms
-    from msda_labs.grading.render import render_markdown, render_terminal
-
-    if fmt == "terminal":
-        return render_terminal(result) + "\n"
-    if fmt == "markdown":
-        return render_markdown(result)
-    if fmt == "json":
-        return json.dumps(result.to_dict(), indent=2) + "\n"
-    if fmt == "github-classroom":
-        return platforms.encode_github_classroom(result)
-    if fmt == "classroom50":
-        return json.dumps(platforms.classroom50_result(result), indent=2) + "\n"
-    return json.dumps(platforms.gradescope_results(result), indent=2) + "\n"
-
-
-def _reporter(runners: str) -> int:
-    from msda_labs.classroom.platforms import decode_github_classroom, reporter_output
-    from msda_labs.classroom.workflows import reporter_env
-
-    decoded = {}
-    for runner in [r.strip() for r in runners.split(",") if r.strip()]:
-        value = os.environ.get(reporter_env(runner), "")
-        if not value:
-            print(f"::error title=Autograding::no result from step '{runner}' "
-                  f"(${reporter_env(runner)} is empty): the grading step did not finish")
-            return 1
-        try:
-            decoded[runner] = decode_github_classroom(value)
-        except ValueError as exc:
-            print(f"::error title=Autograding::the result of '{runner}' is not base64 JSON: {exc}")
-            return 1
-    lines, failed = reporter_output(decoded)
-    print("\n".join(lines))
-    return 1 if failed else 0
-
-
 def _cmd_report(ns) -> int:
+    from msda_labs.classroom.platforms import render, reporter_from_env
     from msda_labs.grading.results import GradeResult
 
     if ns.runners:
-        return _reporter(ns.runners)
+        lines, status = reporter_from_env(ns.runners, os.environ)
+        print("\n".join(lines))
+        return status
     if not ns.grade_json:
-        raise _problem("report: give a grade.json (or --runners in a workflow)")
+        raise KitError("report: give a grade.json (or --runners in a workflow)")
     try:
         result = GradeResult.read_json(ns.grade_json)
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise _problem(f"{ns.grade_json} is not a grade.json written by `grade --json` "
+        raise KitError(f"{ns.grade_json} is not a grade.json written by `grade --json` "
                        f"({type(exc).__name__}: {exc})") from None
-    text = _render(result, ns.format)
-    if ns.github_output:
-        _github_output(ns.github_output, text.strip())
+    text = render(result, ns.format)
+    if ns.github_output and not write_step_outputs({ns.github_output: text.strip()}):
+        raise KitError("--github-output needs $GITHUB_OUTPUT (it is set inside GitHub Actions)")
     if ns.out:
         Path(ns.out).write_text(text)
     if not ns.github_output and not ns.out:

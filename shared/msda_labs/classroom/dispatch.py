@@ -25,11 +25,13 @@ import json
 import os
 import re
 import sys
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DispatchError", "Submission", "MAX_SUBMISSIONS", "parse_lab", "parse_submissions",
+from msda_labs.classroom.workflows import write_step_outputs
+from msda_labs.errors import KitError
+
+__all__ = ["DispatchError", "DispatchEntry", "MAX_SUBMISSIONS", "parse_lab", "parse_submissions",
            "plan", "gradebook_rows", "render_summary", "main"]
 
 # GitHub runs at most 256 jobs from one matrix.
@@ -46,12 +48,12 @@ _SHORT_SHA = re.compile(r"^[0-9a-fA-F]{7,39}$")
 _REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
 
 
-class DispatchError(ValueError):
+class DispatchError(KitError, ValueError):
     """The workflow's inputs are not valid; the message says which entry and why."""
 
 
 @dataclass(frozen=True)
-class Submission:
+class DispatchEntry:
     """One ``owner/repo@ref`` entry of the dispatch."""
 
     owner: str
@@ -117,7 +119,7 @@ def _folder_part(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "-", text)
 
 
-def parse_submissions(text: str) -> list[Submission]:
+def parse_submissions(text: str) -> list[DispatchEntry]:
     """Parse the ``submissions`` input: ``owner/repo@ref`` entries separated by spaces, commas
     or newlines; lines starting with ``#`` are comments. Raises :class:`DispatchError` naming the
     first bad entry, a duplicate, an empty list or one longer than :data:`MAX_SUBMISSIONS`."""
@@ -147,7 +149,7 @@ def parse_submissions(text: str) -> list[Submission]:
         folder = f"{owner}--{repo}"
         if per_repo[owner.lower(), repo.lower()] > 1:  # two commits of one repository
             folder += f"--{_folder_part(ref[:12] if _SHA.match(ref) else ref)}"
-        result.append(Submission(owner, repo, ref, folder))
+        result.append(DispatchEntry(owner, repo, ref, folder))
     folders = [s.folder.lower() for s in result]
     clash = sorted({f for f in folders if folders.count(f) > 1})
     if clash:
@@ -186,18 +188,6 @@ def _truthy(text: str | None) -> bool:
     return (text or "").strip().lower() in ("true", "1", "yes")
 
 
-def _github_output(values: dict[str, str]) -> None:
-    target = os.environ.get("GITHUB_OUTPUT")
-    if not target:
-        for key, value in values.items():
-            print(f"{key}={value}")
-        return
-    with open(target, "a") as fh:
-        for key, value in values.items():
-            delimiter = f"msda_{uuid.uuid4().hex}"
-            fh.write(f"{key}<<{delimiter}\n{value}\n{delimiter}\n")
-
-
 # ------------------------------------------------------------------------------------- gradebook
 
 def _regrade_entry(path: Path) -> dict | None:
@@ -211,7 +201,7 @@ def _regrade_entry(path: Path) -> dict | None:
     return None
 
 
-def gradebook_rows(lab: str, entries: list[Submission], reports: Path, *, gpu: bool,
+def gradebook_rows(lab: str, entries: list[DispatchEntry], reports: Path, *, gpu: bool,
                    merged: Path | None = None) -> list:
     """One :class:`~msda_labs.classroom.regrade.GradebookRow` per submission, from the artifacts
     in ``reports``; with ``merged``, also write each merged result there as ``<folder>.json``."""
@@ -295,8 +285,11 @@ def _cmd_plan(ns) -> int:
         print(f"  {item['label']}  ->  submissions/{item['folder']}")
     print(f"{len(result['include'])} submission(s) of {result['lab']}"
           + (" (with the GPU stage on Modal)" if gpu else ""))
-    _github_output({"lab": result["lab"], "gpu": json.dumps(result["gpu"]),
-                    "matrix": json.dumps({"include": result["include"]})})
+    outputs = {"lab": result["lab"], "gpu": json.dumps(result["gpu"]),
+               "matrix": json.dumps({"include": result["include"]})}
+    if not write_step_outputs(outputs, blocks=True):  # outside Actions: show what it would write
+        for key, value in outputs.items():
+            print(f"{key}={value}")
     return 0
 
 

@@ -34,12 +34,14 @@ from pathlib import Path
 
 import yaml
 
-from msda_labs.classroom import integrity, workflows
+from msda_labs.classroom import workflows
 from msda_labs.course.manifest import Lab, Manifest, load_manifest
+from msda_labs.errors import KitError
+from msda_labs.grading import integrity
 
 __all__ = ["ExportError", "export_lab", "export_labs", "find_leaks", "solution_blocks",
            "gradescope_zip", "classroom50_autograder", "classroom50_target",
-           "pristine_bundle"]
+           "pristine_bundle", "write_exports"]
 
 # Never copied from a lab folder or the shared package.
 _SKIP_NAMES = {"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".nox", ".venv",
@@ -55,7 +57,7 @@ _LATER_MODULES = {"shipped.py": 10}
 _FENCE = re.compile(r"^\s*#\s*(BEGIN SOLUTION|STARTER|END SOLUTION)\s*$")
 
 
-class ExportError(RuntimeError):
+class ExportError(KitError, RuntimeError):
     """The export cannot be written (or would leak an answer)."""
 
 
@@ -327,3 +329,42 @@ def classroom50_autograder(manifest: Manifest, lab: Lab, out: Path, work: Path,
     target.write_text(text)
     target.chmod(0o755)
     return target
+
+
+def write_exports(keys: list[str], *, out: str | None = None, gradescope: str | None = None,
+                  classroom50: str | None = None, classroom: str | None = None,
+                  assignment: str | None = None, reporter_action: str | None = None,
+                  git: bool = False, force: bool = False):
+    """``export``: the labs named by ``keys`` (or ``all`` ready labs) as template repositories
+    in ``out``, Gradescope autograder zips and/or Classroom 50 autograders; yields one line per
+    thing written. Raises :class:`~msda_labs.errors.KitError` saying what to pass instead."""
+    import tempfile
+
+    from msda_labs.course.manifest import find_manifest
+
+    manifest = load_manifest(find_manifest())
+    labs = [lab for lab in manifest.labs if lab.built] if "all" in keys else \
+        [manifest.lab(key) for key in keys]
+    if classroom50 and not classroom:
+        raise ExportError("--classroom50 REPO needs --classroom NAME, the classroom's short "
+                          "name: the autograder goes to REPO/NAME/autograders/<assignment>/, "
+                          "the only place Classroom 50 bundles it from")
+    if assignment and len(labs) != 1:
+        raise ExportError("--assignment names one lab's assignment; export one lab with it")
+    if out:
+        for path in export_labs(manifest, [lab.id for lab in labs], Path(out),
+                                reporter_action=reporter_action, git=git, force=force):
+            yield f"exported {path}"
+    with tempfile.TemporaryDirectory(prefix="msda-export-") as tmp:
+        for lab in labs:
+            if gradescope:
+                target = Path(gradescope)
+                if len(labs) > 1 or target.suffix != ".zip":
+                    target = target / f"{lab.folder}-gradescope.zip"
+                gradescope_zip(manifest, lab, target, Path(tmp) / f"gs-{lab.id}")
+                yield f"gradescope autograder {target}"
+            if classroom50:
+                target = classroom50_autograder(manifest, lab, Path(classroom50),
+                                                Path(tmp) / f"c50-{lab.id}", assignment,
+                                                classroom)
+                yield f"classroom 50 autograder {target}"

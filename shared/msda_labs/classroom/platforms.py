@@ -23,14 +23,11 @@ from msda_labs.grading.results import GradeResult
 
 __all__ = ["label_of", "github_classroom_result", "encode_github_classroom",
            "decode_github_classroom", "reporter_output", "classroom50_result", "commit_datetime",
-           "gradescope_results", "CLASSROOM50_SCHEMA"]
+           "gradescope_results", "CLASSROOM50_SCHEMA", "FORMATS", "render", "reporter_from_env"]
 
 CLASSROOM50_SCHEMA = "classroom50/result/v1"
-# autograding-command-grader statuses: pass | fail | error.
-_GH_STATUS = {"passed": "pass", "failed": "fail", "not_attempted": "fail", "error": "error",
-              "crashed": "error", "timeout": "error"}
-_WORDS = {"passed": "passed", "failed": "failed", "not_attempted": "not attempted",
-          "error": "error", "crashed": "crashed", "timeout": "timed out"}
+# What `python -m msda_labs report --format` writes.
+FORMATS = ("terminal", "markdown", "json", "github-classroom", "classroom50", "gradescope")
 
 
 def label_of(ex, test) -> str:
@@ -39,9 +36,10 @@ def label_of(ex, test) -> str:
 
 
 def _feedback(test) -> str:
-    if test.status == "passed":
-        return "passed"
-    return f"{_WORDS[test.status]}: {test.message}" if test.message else _WORDS[test.status]
+    """The word of a test's status (:attr:`Status.feedback`), then its message."""
+    if test.status.passed:
+        return test.status.feedback
+    return f"{test.status.feedback}: {test.message}" if test.message else test.status.feedback
 
 
 def github_classroom_result(result: GradeResult, test_command: str = "") -> dict:
@@ -50,7 +48,7 @@ def github_classroom_result(result: GradeResult, test_command: str = "") -> dict
     for ex, test in result.tests():
         tests.append({
             "name": f"{label_of(ex, test)} ({test.max_score} pt{'s' * (test.max_score != 1)})",
-            "status": _GH_STATUS[test.status],
+            "status": test.status.github,  # autograding-command-grader: pass | fail | error
             "score": int(test.score),
             "message": _feedback(test),
             "test_code": test_command or f"python -m msda_labs grade . --task {ex.id}",
@@ -249,7 +247,7 @@ def classroom50_result(result: GradeResult, env: Mapping[str, str] | None = None
     """
     env = os.environ if env is None else env
     now = graded or datetime.now(timezone.utc)
-    tests = [{"test-name": label_of(ex, t), "passed": t.status == "passed",
+    tests = [{"test-name": label_of(ex, t), "passed": t.status.passed,
               "score": int(t.score), "max-score": int(t.max_score)} for ex, t in result.tests()]
     info = result.integrity
     # After a regrade, `tampered` lists what the student changed (restored before grading).
@@ -294,10 +292,10 @@ def gradescope_results(result: GradeResult, *, execution_time: float | None = No
             "number": f"{ex.id}.{counters[ex.id]}",
             "score": int(t.score),
             "max_score": int(t.max_score),
-            "status": "passed" if t.status == "passed" else "failed",
+            "status": t.status.gradescope,
             "output": _feedback(t),
             "output_format": "text",
-            "tags": [f"task {ex.id}", f"stage {t.stage}"],
+            "tags": [f"task {ex.id}", f"stage {t.stage}", f"mode {t.mode}"],
         }
         tests.append(entry)
     out = {
@@ -313,3 +311,42 @@ def gradescope_results(result: GradeResult, *, execution_time: float | None = No
     if execution_time is not None:
         out["execution_time"] = int(round(execution_time))
     return out
+
+
+def render(result: GradeResult, fmt: str) -> str:
+    """``result`` in one of :data:`FORMATS`, as text ending in a newline (base64 for
+    github-classroom)."""
+    from msda_labs.grading.render import render_terminal
+
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if fmt == "terminal":
+        return render_terminal(result) + "\n"
+    if fmt == "markdown":
+        return render_markdown(result)
+    if fmt == "github-classroom":
+        return encode_github_classroom(result)
+    data = {"json": result.to_dict, "classroom50": lambda: classroom50_result(result),
+            "gradescope": lambda: gradescope_results(result)}[fmt]()
+    return json.dumps(data, indent=2) + "\n"
+
+
+def reporter_from_env(runners: str, env: Mapping[str, str]) -> tuple[list[str], int]:
+    """``report --runners A,B``: what autograding-grading-reporter prints for the results that
+    the grading steps left in ``$<ID>_RESULTS``, and the exit status (1 when a runner failed or
+    left no readable result)."""
+    from msda_labs.classroom.workflows import reporter_env
+
+    decoded = {}
+    for runner in [r.strip() for r in runners.split(",") if r.strip()]:
+        value = env.get(reporter_env(runner), "")
+        if not value:
+            return [f"::error title=Autograding::no result from step '{runner}' "
+                    f"(${reporter_env(runner)} is empty): the grading step did not finish"], 1
+        try:
+            decoded[runner] = decode_github_classroom(value)
+        except ValueError as exc:
+            return [f"::error title=Autograding::the result of '{runner}' is not base64 JSON: "
+                    f"{exc}"], 1
+    lines, failed = reporter_output(decoded, env)
+    return lines, 1 if failed else 0

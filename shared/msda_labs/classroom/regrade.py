@@ -23,10 +23,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from msda_labs.classroom import integrity
+from msda_labs.errors import KitError
+from msda_labs.grading import integrity
 from msda_labs.grading.results import GradeResult
 
-__all__ = ["RegradeError", "GradebookRow", "detect_lab", "restore", "regrade_checkout", "regrade",
+__all__ = ["RegradeError", "GradebookRow", "detect_lab", "restore", "regrade_checkout",
            "regrade_batch", "write_gradebook", "is_checkout", "commit_of", "GRADEBOOK_COLUMNS"]
 
 GRADEBOOK_COLUMNS = ("student", "lab", "score", "max", "integrity", "commit", "note")
@@ -34,7 +35,7 @@ _NOT_COPIED = {".git", ".venv", "venv", ".nox", "__pycache__", ".pytest_cache", 
                ".mypy_cache", "node_modules"}
 
 
-class RegradeError(RuntimeError):
+class RegradeError(KitError, RuntimeError):
     """The checkout cannot be regraded (no lab module, grading could not run...)."""
 
 
@@ -194,23 +195,14 @@ def regrade_checkout(checkout: Path, *, pristine: Path | None = None, lab_id: st
 
 
 def _gpu_stage(lab_id: str, work: Path, seed: int | None, timeout: float | None) -> GradeResult:
-    """The GPU stage through msda_labs.gpu (local CUDA, else Modal), on the restored copy."""
-    try:
-        from msda_labs.gpu import run_gpu_stage
-    except ImportError as exc:
-        raise RegradeError(f"--gpu needs msda_labs.gpu.run_gpu_stage, which this kit lacks "
-                           f"({exc})") from None
-    from msda_labs.cli import UsageProblem
+    """The GPU stage through the GPU runner (local CUDA, else Modal), on the restored copy."""
+    from msda_labs.gpu import runner
 
     try:
-        return run_gpu_stage(lab_id, work, work / f"{lab_id}.py", timeout=timeout, seed=seed)
-    except UsageProblem as exc:
+        return runner.run_gpu_stage(lab_id, work, work / f"{lab_id}.py", timeout=timeout,
+                                    seed=seed)
+    except (KitError, runner.GpuUnavailable) as exc:
         raise RegradeError(f"the GPU stage of {lab_id} could not run: {exc}") from None
-
-
-def regrade(path: Path, **options) -> GradeResult:
-    """Regrade one checkout (see :func:`regrade_checkout`)."""
-    return regrade_checkout(path, **options)
 
 
 @dataclass

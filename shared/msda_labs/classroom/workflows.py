@@ -7,14 +7,16 @@ placeholder must be filled, so a renamed one fails loudly instead of reaching a 
 
 from __future__ import annotations
 
+import os
 import re
+import uuid
+from collections.abc import Mapping
 from importlib import resources
 
 from msda_labs.course.manifest import Lab, Manifest
 
 __all__ = ["ACTIONS", "REPORTER_ACTION", "template", "fill", "reporter_env", "render_workflow",
-           "render_noxfile",
-           "render_devcontainer", "WORKFLOW_PATH"]
+           "render_noxfile", "render_devcontainer", "write_step_outputs", "WORKFLOW_PATH"]
 
 WORKFLOW_PATH = ".github/workflows/classroom.yml"
 
@@ -56,6 +58,26 @@ def fill(text: str, **values) -> str:
 def reporter_env(runner_id: str) -> str:
     """The variable autograding-grading-reporter reads for a runner: ``<ID-UPPER>_RESULTS``."""
     return f"{runner_id.upper()}_RESULTS"
+
+
+def write_step_outputs(values: Mapping[str, str], *, blocks: bool = False) -> bool:
+    """Append step outputs to ``$GITHUB_OUTPUT``: ``key=value`` for a one-line value, else (and
+    always with ``blocks``, for values built from workflow inputs) a ``key<<DELIMITER`` block with
+    a random delimiter, so a value cannot end the block early or add an output.
+
+    Returns False, writing nothing, when ``$GITHUB_OUTPUT`` is not set (outside GitHub Actions).
+    """
+    target = os.environ.get("GITHUB_OUTPUT")
+    if not target:
+        return False
+    with open(target, "a") as fh:
+        for key, value in values.items():
+            if blocks or "\n" in value:
+                delimiter = f"msda_{uuid.uuid4().hex}"
+                fh.write(f"{key}<<{delimiter}\n{value}\n{delimiter}\n")
+            else:
+                fh.write(f"{key}={value}\n")
+    return True
 
 
 def _minutes(seconds: int) -> int:

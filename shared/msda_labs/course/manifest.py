@@ -9,6 +9,8 @@ from pathlib import Path
 
 import yaml
 
+from msda_labs.errors import KitError
+
 __all__ = ["ManifestError", "Stage", "Lab", "Manifest", "load_manifest", "find_manifest",
            "schema"]
 
@@ -16,7 +18,7 @@ DEFAULT_TIMEOUT = {"cpu": 60, "interpret": 120, "aot": 180, "gpu": 300}
 DEFAULT_GPU = "H100"
 
 
-class ManifestError(ValueError):
+class ManifestError(KitError, ValueError):
     """classroom.yml is missing, unreadable or does not match its schema."""
 
 

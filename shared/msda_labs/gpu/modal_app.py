@@ -1,6 +1,6 @@
 """The Modal app of the GPU stages: grade a lab's GPU tests in a container with a real GPU.
 
-    from msda_labs.gpu import settings_for
+    from msda_labs.gpu.body import settings_for
     from msda_labs.gpu.modal_app import build
 
     built = build(settings_for("lab06", lab_dir), lab_dir)
@@ -29,14 +29,14 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import modal
 
-from msda_labs.gpu import GpuSettings, GpuStageError
+from msda_labs.errors import GpuStageError
+from msda_labs.gpu.body import GpuSettings, grade_submission_text
 
 __all__ = ["APP_NAME", "REMOTE_ROOT", "BuiltApp", "build", "image_for", "package_pins",
            "grade_in_container"]
@@ -175,11 +175,10 @@ def grade_in_container(lab_dir: str, submission_name: str, submission_text: str,
     dict (:meth:`GradeResult.to_dict`) with ``"artifacts"`` ({file name: bytes}) added, or
     ``{"error": message}`` when the grader could not run.
 
-    This is the body of the Modal function; ``.local()`` runs it in the caller's process (on a
-    machine without CUDA the GPU tests then skip, and are dropped from the score with a note)."""
-    from msda_labs.cli import UsageProblem
-    from msda_labs.gpu import ARTIFACT_ENV, collect_artifacts, grade_here, scratch_dir
-
+    The body of the Modal function: in a GPU container it first checks that CUDA is there, then
+    grades with :func:`msda_labs.gpu.body.grade_submission_text`; ``.local()`` runs it in the
+    caller's process (on a machine without CUDA the GPU tests then skip, and are dropped from the
+    score with a note)."""
     if not modal.is_local() and stage in ("gpu", "all"):
         import torch
 
@@ -188,24 +187,5 @@ def grade_in_container(lab_dir: str, submission_name: str, submission_text: str,
                              f" built for CUDA {torch.version.cuda}); if the driver is older than"
                              f" that CUDA, set {TORCH_INDEX_ENV} to a torch index of an older "
                              f"CUDA, e.g. https://download.pytorch.org/whl/cu128"}
-    work = scratch_dir()
-    submission = work / "submission" / Path(submission_name).name
-    submission.parent.mkdir(parents=True)
-    submission.write_text(submission_text)
-    artifacts = work / "artifacts"
-    saved = os.environ.get(ARTIFACT_ENV)
-    os.environ[ARTIFACT_ENV] = str(artifacts)
-    try:
-        result = grade_here(lab_dir, submission, stage=stage, timeout=timeout,
-                            tasks=tuple(tasks or ()), seed=seed)
-        data = result.to_dict()
-        data["artifacts"] = collect_artifacts(artifacts)
-        return data
-    except UsageProblem as exc:
-        return {"error": str(exc)}
-    finally:
-        if saved is None:
-            os.environ.pop(ARTIFACT_ENV, None)
-        else:
-            os.environ[ARTIFACT_ENV] = saved
-        shutil.rmtree(work, ignore_errors=True)
+    return grade_submission_text(lab_dir, submission_name, submission_text, stage, timeout,
+                                 tuple(tasks or ()), seed)

@@ -28,11 +28,6 @@ __all__ = ["ANNOTATIONS_PER_STEP", "definitions", "graded_functions", "annotatio
 
 # Per step GitHub keeps 10 annotations of each kind (error, warning, notice); 50 per job.
 ANNOTATIONS_PER_STEP = 10
-_LABEL = {"failed": "FAILED", "error": "ERROR", "crashed": "CRASHED", "timeout": "TIMEOUT",
-          "not_attempted": "not attempted"}
-# Which failing test of an exercise explains it best: a failure with a message (often a named
-# mistake) before an error, a crash or a timeout, before a bare failure.
-_TELLING = {"failed": 0, "error": 1, "crashed": 2, "timeout": 3}
 _PARAMS = re.compile(r"\[.*\]$")
 
 
@@ -110,8 +105,11 @@ def graded_functions(result: GradeResult, module_path: Path,
 
 
 def _telling(ex):
+    """The failing test that explains an exercise best: a failure with a message (often a named
+    mistake) before an error, a crash or a timeout (:attr:`Status.telling`), before a bare
+    failure."""
     failing = [t for t in ex.tests if t.status not in ("passed", "not_attempted")]
-    return min(failing, key=lambda t: (_TELLING.get(t.status, 9), not t.message), default=None)
+    return min(failing, key=lambda t: (t.status.telling, not t.message), default=None)
 
 
 def annotation_lines(result: GradeResult, module_path: Path, tests_dir: Path | None = None,
@@ -138,7 +136,7 @@ def annotation_lines(result: GradeResult, module_path: Path, tests_dir: Path | N
             continue
         test = _telling(ex)
         message = test.message or test.status
-        feedback = f"{_LABEL.get(test.status, test.status)}: {test.name}: {message}"
+        feedback = f"{test.status.terminal}: {test.name}: {message}"
         errors.append((ex.max_score - ex.score, ex, f"::error {props}::" + escape_data(feedback)))
     errors.sort(key=lambda item: -item[0])  # stable: task order among equal losses
     lines = [text for _, _, text in errors[:per_kind]] + [text for _, _, text in

@@ -7,27 +7,37 @@ A lab's test module declares::
     TASKS = {"1.1": "bilinear_sample", "1.2": "msda_naive_student"}
 
 and every test carries ``@pytest.mark.task("1.1", points=2)`` (GPU-only tests also
-``@pytest.mark.stage("gpu")``). A test asks the ``submission`` fixture to run code and compares
-what comes back with the shared helpers; it never imports the student's module itself.
+``@pytest.mark.stage("gpu")``: the gpu grading stage; :func:`is_gpu_test`). A test asks the
+``submission`` fixture to run code and compares what comes back with the shared helpers; it
+never imports the student's module itself.
 
-Statuses: passed; failed (an assertion: the one-line feedback); not_attempted (the stub's
-NotImplementedError); error (the submission raised); crashed (its process died); timeout.
+Statuses (:class:`~msda_labs.grading.results.Status`): passed; failed (an assertion: the one-line
+feedback); not_attempted (the stub's NotImplementedError); error (the submission raised);
+crashed (its process died); timeout.
 """
 
 from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from msda_labs.course.ladder import RULES, unknown_rules
 from msda_labs.grading.executor import Executor, InfrastructureError, Outcome
-from msda_labs.grading.results import ExerciseResult, GradeResult, TestResult
+from msda_labs.grading.results import ExerciseResult, GradeResult, Status, TestResult
 from msda_labs.grading.rules import SourceInfo, forbidden_imports
+from msda_labs.grading.submission import (  # the lab tests import these names from here
+    NotAttempted,
+    RuleViolation,
+    Submission,
+    SubmissionCrashed,
+    SubmissionError,
+    SubmissionProblem,
+    SubmissionTimeout,
+    imported_probe,
+)
 
 __all__ = [
     "Submission",
@@ -38,72 +48,19 @@ __all__ = [
     "SubmissionTimeout",
     "RuleViolation",
     "GRADE_KEY",
+    "is_gpu_test",
 ]
 
 
-class SubmissionProblem(Exception):
-    status = "error"
+def is_gpu_test(item: pytest.Item) -> bool:
+    """True for a test of the gpu grading stage (marked ``@pytest.mark.stage("gpu")``): it runs
+    only where torch sees a CUDA device, in the gpu mode."""
+    return any(mark.args[:1] == ("gpu",) for mark in item.iter_markers("stage"))
 
 
-class NotAttempted(SubmissionProblem):
-    status = "not_attempted"
-
-
-class SubmissionError(SubmissionProblem):
-    status = "error"
-
-
-class SubmissionCrashed(SubmissionProblem):
-    status = "crashed"
-
-
-class SubmissionTimeout(SubmissionProblem):
-    status = "timeout"
-
-
-class RuleViolation(AssertionError):
-    """The submission breaks a rule read from its source."""
-
-
-def _call(module, name: str, *args, **kwargs):
-    """The built-in probe: call ``name`` of the submission."""
-    fn = getattr(module, name, None)
-    if fn is None:
-        raise AttributeError(f"your module defines no '{name}'")
-    return fn(*args, **kwargs)
-
-
-def _imported(module) -> bool:
-    """The preflight probe: importing the module is all it does."""
-    return True
-
-
-_RAISE = {"not_attempted": NotAttempted, "error": SubmissionError, "crashed": SubmissionCrashed,
-          "timeout": SubmissionTimeout}
-
-
-class Submission:
-    """What a test sees of the student's work: run code in isolation, read the source."""
-
-    def __init__(self, session: GradingSession, mode: str):
-        self._session = session
-        self.mode = mode
-        self.source: SourceInfo = session.source
-        self.path: Path = session.submission
-
-    def run(self, probe: Callable, *args, timeout: float | None = None, **kwargs) -> Any:
-        """``probe(module, *args, **kwargs)`` in a fresh child process; returns its result
-        (tensors and plain data) or raises a :class:`SubmissionProblem`."""
-        outcome: Outcome = self._session.executor().run(
-            probe, *args, mode=self.mode, timeout=timeout or self._session.timeout, **kwargs)
-        self._session.last_output = outcome.output
-        if outcome.kind == "ok":
-            return outcome.value
-        raise _RAISE[outcome.kind](outcome.message)
-
-    def call(self, name: str, *args, **kwargs) -> Any:
-        """Call the submission's ``name(*args, **kwargs)`` in a fresh child process."""
-        return self.run(_call, name, *args, **kwargs)
+def _mode_of(item: pytest.Item) -> str:
+    """Where the submission's code runs for this test: gpu, else the test module's MODE."""
+    return "gpu" if is_gpu_test(item) else getattr(item.module, "MODE", "cpu")
 
 
 GRADE_KEY = pytest.StashKey["GradingSession"]()
@@ -135,13 +92,14 @@ class GradingSession:
         way at once (a module that hangs or exits at import costs one time limit, not one per
         test)."""
         if mode not in self._preflight:
-            self._preflight[mode] = self.executor().run(_imported, mode=mode, timeout=self.timeout)
+            self._preflight[mode] = self.executor().run(imported_probe, mode=mode,
+                                                        timeout=self.timeout)
         outcome = self._preflight[mode]
         if outcome.kind != "ok":
             message = outcome.message
             if outcome.kind in ("crashed", "timeout", "error"):
                 message = f"while importing your module: {message}"
-            raise _RAISE[outcome.kind](message)
+            raise SubmissionProblem.for_outcome(outcome.kind, message)
 
     # -- the submission -------------------------------------------------------------------
     def resolve_submission(self) -> Path:
@@ -171,11 +129,11 @@ class GradingSession:
     # -- results --------------------------------------------------------------------------
     def record(self, item: pytest.Item, status: str, message: str, duration: float) -> None:
         task_id, points = self.points[item.nodeid]
-        stage = "gpu" if item.get_closest_marker("stage") else getattr(item.module, "MODE", "cpu")
         score = points if status == "passed" else 0
         self.records[item.nodeid] = (task_id, item.name, TestResult(
             name=item.name, status=status, score=score, max_score=points,
-            message=message.strip(), stage=stage, duration=round(duration, 3)))
+            message=message.strip(), stage="gpu" if is_gpu_test(item) else "cpu",
+            mode=_mode_of(item), duration=round(duration, 3)))
 
     def result(self) -> GradeResult:
         result = GradeResult(lab=self.lab or "?", title=self.title,
@@ -265,14 +223,17 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             problems.append(f"{item.nodeid}: unknown ladder rule(s) {unknown or '(none named)'}; "
                             f"the rules are {', '.join(RULES)} (msda_labs/course/ladder.py)")
             continue
-        is_gpu = any(m.args and m.args[0] == "gpu" for m in item.iter_markers("stage"))
+        if any(m.args != ("gpu",) for m in item.iter_markers("stage")):
+            problems.append(f"{item.nodeid}: the one stage marker is @pytest.mark.stage('gpu')")
+            continue
+        is_gpu = is_gpu_test(item)
         if (gs.stage == "cpu" and is_gpu) or (gs.stage == "gpu" and not is_gpu) or \
                 (wanted_tasks and task_id not in wanted_tasks):
             deselected.append(item)
             continue
         gs.points[item.nodeid] = (task_id, points)
         graded.append(item)
-        gs.modes.add("gpu" if is_gpu else getattr(module, "MODE", "cpu"))
+        gs.modes.add(_mode_of(item))
     if problems:
         raise pytest.UsageError("malformed lab tests:\n  " + "\n  ".join(problems))
     if deselected:
@@ -303,15 +264,13 @@ def submission(request: pytest.FixtureRequest) -> Submission:
     if found:
         raise RuleViolation("rules: " + "; ".join(found)
                             + " (a submission may not use the answers it is graded against)")
-    is_gpu = item.get_closest_marker("stage") is not None
-    mode = "gpu" if is_gpu else getattr(item.module, "MODE", "cpu")
+    mode = _mode_of(item)
     gs.preflight(mode)
     return Submission(gs, mode)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    stage = item.get_closest_marker("stage")
-    if stage is not None and stage.args and stage.args[0] == "gpu":
+    if is_gpu_test(item):
         import torch
 
         if not torch.cuda.is_available():
@@ -319,17 +278,19 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
                         "with one, or on Modal")
 
 
-def _classify(excinfo) -> tuple[str, str]:
+def _verdict_of(excinfo) -> tuple[Status, str]:
+    """The status and one-line message that a graded test's exception earns."""
     exc = excinfo.value
     if isinstance(exc, SubmissionProblem):
         return exc.status, str(exc)
     if isinstance(exc, (AssertionError, pytest.fail.Exception)):
         text = str(exc).strip()
-        return "failed", text.splitlines()[0] if text else "assertion failed"
+        return Status.FAILED, text.splitlines()[0] if text else "assertion failed"
     if isinstance(exc, InfrastructureError):
         raise exc
     text = str(exc).strip().splitlines()
-    return "error", f"the check could not run: {type(exc).__name__}: {text[-1] if text else ''}"
+    last = text[-1] if text else ""
+    return Status.ERROR, f"the check could not run: {type(exc).__name__}: {last}"
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -343,8 +304,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         if report.passed:
             status, message = "passed", ""
         elif report.skipped:
-            stage = item.get_closest_marker("stage")
-            if stage is not None and report.when == "setup":
+            if is_gpu_test(item) and report.when == "setup":
                 gs.points.pop(item.nodeid)
                 reason = str(getattr(call.excinfo.value, "msg", "")) if call.excinfo else ""
                 note = "GPU tests skipped: no CUDA device here" \
@@ -356,7 +316,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             reason = call.excinfo.value.msg if call.excinfo else "skipped"
             status, message = "error", f"skipped, so not graded: {reason}"
         else:
-            status, message = _classify(call.excinfo)
+            status, message = _verdict_of(call.excinfo)
         gs.record(item, status, message, call.duration)
         if status != "passed" and message:
             report.longrepr = f"[{status}] {message}"

@@ -7,10 +7,6 @@ from msda_labs.grading.results import GradeResult
 
 __all__ = ["render_terminal", "render_markdown"]
 
-_LABEL = {"passed": "ok", "failed": "FAILED", "not_attempted": "not attempted", "error": "ERROR",
-          "crashed": "CRASHED", "timeout": "TIMEOUT"}
-
-
 def _status_word(ex) -> str:
     return {"passed": "", "not_attempted": "  not attempted"}.get(ex.status, "")
 
@@ -20,7 +16,7 @@ def _test_lines(ex) -> list[str]:
     (a named mistake when the grader recognised one)."""
     if ex.status == "not_attempted":
         return []
-    return [f"{_LABEL[t.status]}: {t.name}: {t.message or t.status}"
+    return [f"{t.status.terminal}: {t.name}: {t.message or t.status}"
             for t in ex.tests if t.status != "passed"]
 
 

@@ -1,30 +1,96 @@
 """Grading results as data: one object, rendered by separate writers (terminal, JSON, Markdown,
-GitHub Classroom reporter, Classroom 50, Gradescope)."""
+GitHub Classroom reporter, Classroom 50, Gradescope).
+
+Words used here: a test's *status* is its verdict (:class:`Status`); its *stage* is the grading
+stage that runs it (``cpu``: every test that needs no GPU, ``gpu``: the tests marked
+``@pytest.mark.stage("gpu")``); its *mode* is where the submission's code ran (``cpu``,
+``interpret``: Triton's interpreter, ``aot``: compiled for a target without running, ``gpu``).
+"""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from pathlib import Path
 
-__all__ = ["STATUSES", "TestResult", "ExerciseResult", "GradeResult"]
+__all__ = ["Status", "GRADING_STAGES", "RUNTIME_MODES", "TestResult", "ExerciseResult",
+           "GradeResult"]
 
-STATUSES = ("passed", "failed", "not_attempted", "error", "crashed", "timeout")
+GRADING_STAGES = ("cpu", "gpu")
+RUNTIME_MODES = ("cpu", "interpret", "aot", "gpu")
+
+
+class Status(str, Enum):
+    """A test's verdict, with the label every surface shows for it.
+
+    ``terminal``: the terminal and Markdown reports and the GitHub annotations; ``github``: the
+    status of GitHub Classroom's command grader (pass, fail, error); ``feedback``: the word
+    before the message on the platforms; ``telling``: which failing test explains an exercise
+    best (lower first). Gradescope and Classroom 50 know only passed or not (:attr:`passed`).
+    The value is the word stored in grade.json.
+    """
+
+    #               value            terminal         github   feedback         telling
+    PASSED = ("passed", "ok", "pass", "passed", 9)
+    FAILED = ("failed", "FAILED", "fail", "failed", 0)
+    NOT_ATTEMPTED = ("not_attempted", "not attempted", "fail", "not attempted", 9)
+    ERROR = ("error", "ERROR", "error", "error", 1)
+    CRASHED = ("crashed", "CRASHED", "error", "crashed", 2)
+    TIMEOUT = ("timeout", "TIMEOUT", "error", "timed out", 3)
+
+    def __new__(cls, value: str, terminal: str, github: str, feedback: str, telling: int):
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.terminal = terminal
+        member.github = github
+        member.feedback = feedback
+        member.telling = telling
+        return member
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    @property
+    def passed(self) -> bool:
+        return self is Status.PASSED
+
+    @property
+    def gradescope(self) -> str:
+        return "passed" if self.passed else "failed"
 
 
 @dataclass
 class TestResult:
+    """One graded test. ``stage`` and ``mode``: see the module's docstring."""
+
+    __test__ = False  # not a pytest test class
+
     name: str
-    status: str
+    status: Status
     score: int
     max_score: int
     message: str = ""
     stage: str = "cpu"
     duration: float = 0.0
+    mode: str = ""  # empty: the same as ``stage`` (grade.json written before modes were stored)
 
     def __post_init__(self):
-        if self.status not in STATUSES:
-            raise ValueError(f"unknown test status {self.status!r}; expected one of {STATUSES}")
+        try:
+            self.status = Status(self.status)
+        except ValueError:
+            raise ValueError(f"unknown test status {self.status!r}; expected one of "
+                             f"{', '.join(s.value for s in Status)}") from None
+        # grade.json before this field: "stage" held the mode (cpu, interpret, aot or gpu).
+        self.mode = self.mode or self.stage
+        if self.stage not in GRADING_STAGES:
+            self.stage = "gpu" if self.mode == "gpu" else "cpu"
+        if self.mode not in RUNTIME_MODES:
+            raise ValueError(f"{self.name}: unknown mode {self.mode!r}; expected one of "
+                             f"{', '.join(RUNTIME_MODES)}")
         if not (0 <= self.score <= self.max_score):
             raise ValueError(f"{self.name}: score {self.score} outside 0..{self.max_score}")
 
@@ -111,7 +177,7 @@ class GradeResult:
             "notes": list(self.notes),
             "exercises": [
                 {"id": ex.id, "name": ex.name, "score": ex.score, "max_score": ex.max_score,
-                 "tests": [{k: v for k, v in asdict(t).items()} for t in ex.tests]}
+                 "tests": [{**asdict(t), "status": t.status.value} for t in ex.tests]}
                 for ex in self.exercises
             ],
         }

@@ -36,10 +36,19 @@ def _import_path(path: str):
 
 
 def _resolve(ref):
+    """The probe that ``ref`` (module name, file, qualified name; see ``executor.probe_ref``)
+    names. A package module (a dotted name, e.g. ``msda_labs.grading.submission``) is imported by
+    its name; a test or probe module of a lab (``probes_lab05``) by its file, as pytest did."""
     modname, file, qualname = ref
     module = sys.modules.get(modname)
+    if module is None and "." in modname:
+        try:
+            module = importlib.import_module(modname)
+        except ImportError:
+            if not file:
+                raise
     if module is None:
-        module = importlib.import_module(modname) if not file else _import_path(file)
+        module = _import_path(file) if file else importlib.import_module(modname)
     obj = module
     for part in qualname.split("."):
         obj = getattr(obj, part)
@@ -81,7 +90,9 @@ def _where(exc: BaseException, submission: str) -> str:
     return f" (line {frames[-1].lineno} of {Path(submission).name})" if frames else ""
 
 
-def _classify(exc: BaseException, submission: str) -> dict:
+def _failure_payload(exc: BaseException, submission: str) -> dict:
+    """The reply for a probe that raised: not_attempted (a stub's NotImplementedError, also when
+    wrapped) or error, with the exception's first line and the submission's line number."""
     for link in _chain(exc):
         if isinstance(link, NotImplementedError):
             return {"kind": "not_attempted", "message": str(link) or "not implemented yet"}
@@ -124,7 +135,7 @@ def _child(request: dict, write_fd: int) -> None:
         value = probe(module, *args, **kwargs)
         payload = {"kind": "ok", "value": _sanitize(value)}
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a verdict
-        payload = _classify(exc, request["submission"])
+        payload = _failure_payload(exc, request["submission"])
     import torch
 
     buf = io.BytesIO()

@@ -7,10 +7,11 @@ kit). Grading files are everything that decides a score except the student's own
 * ``tests/`` and ``shared/`` (the grader, the ground truth, the chips of earlier labs),
 * ``noxfile.py``, ``requirements.txt``, ``classroom.yml`` and ``.github/workflows/*``.
 
-``grade`` calls :func:`check_folder` and shows what differs (changed, missing, or added: a new
-file in a grading folder, a ``conftest.py`` at the root, or a root module that would shadow a
-package the grader imports). This is detection, not prevention: a student can edit the manifest
-too. The instructor's ``regrade`` compares with pristine files from the kit and restores them.
+The grading flow (:mod:`msda_labs.grading.session`) calls :func:`check_folder`, and ``grade``
+shows what differs (changed, missing, or added: a new file in a grading folder, a
+``conftest.py`` at the root, or a root module that would shadow a package the grader imports).
+This is detection, not prevention: a student can edit the manifest too. The instructor's
+``regrade`` compares with pristine files from the kit and restores them.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import hashlib
 import sys
 from pathlib import Path
 
-__all__ = ["MANIFEST_PATH", "GRADING_DIRS", "GRADING_FILES", "grading_files", "is_grading_path",
+__all__ = ["MANIFEST_PATH", "GRADING_DIRS", "GRADING_FILES", "grading_files",
            "write_manifest", "read_manifest", "diff", "compare_trees", "check_folder"]
 
 MANIFEST_PATH = ".msda/integrity.sha256"
@@ -35,16 +36,6 @@ _LITTER_SUFFIXES = (".pyc", ".pyo")
 def _is_litter(rel: Path) -> bool:
     return (any(part in _LITTER_DIRS or part.endswith(".egg-info") for part in rel.parts)
             or rel.name.endswith(_LITTER_SUFFIXES))
-
-
-def is_grading_path(rel: str) -> bool:
-    """True for a repository-relative path (``/``-separated) that belongs to the grading files."""
-    path = Path(rel)
-    if _is_litter(path):
-        return False
-    if rel in GRADING_FILES or rel in ROOT_HOOKS:
-        return True
-    return any(rel.startswith(d + "/") for d in GRADING_DIRS)
 
 
 def sha256_file(path: Path) -> str:

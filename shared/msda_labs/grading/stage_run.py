@@ -1,0 +1,127 @@
+"""Run one grading stage of one lab on this machine: pytest, the grading plugin, the workers.
+
+    from msda_labs.course.resolve import resolve_lab
+    from msda_labs.grading.stage_run import run_stage
+
+    result = run_stage(resolve_lab("lab05"), Path("lab05.py"), stage="cpu")
+
+This is the low-level step under the grading flow (:mod:`msda_labs.grading.session`) and the GPU
+runner's body (:mod:`msda_labs.gpu.body`): it does not decide where a stage runs, and it never
+checks integrity. ``stage`` is a grading stage: ``cpu`` (every test that needs no GPU), ``gpu``
+(the tests marked ``@pytest.mark.stage("gpu")``) or ``all``. Without CUDA the GPU tests are
+skipped and dropped from the score, with a note.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from msda_labs.errors import KitError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from msda_labs.course.resolve import ResolvedLab
+    from msda_labs.grading.results import GradeResult
+
+__all__ = ["SEED_ENV", "FALLBACK_TIMEOUT_S", "run_stage", "display_path"]
+
+SEED_ENV = "MSDA_GRADE_SEED"
+FALLBACK_TIMEOUT_S = 60  # one test's code, when no manifest names the stage's limit
+
+
+class _Capture:
+    """A pytest plugin object that keeps the grading session's result and collection errors."""
+
+    def __init__(self):
+        self.result = None
+        self.errors: list[str] = []
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.errors.append(f"{report.nodeid}: {str(report.longrepr).strip().splitlines()[-1]}")
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        from msda_labs.grading.plugin import GRADE_KEY
+
+        gs = session.config.stash.get(GRADE_KEY, None)
+        if gs is not None and (gs.records or gs.notes):  # notes: GPU tests skipped, no CUDA
+            self.result = gs.result()
+
+
+def _plugin_autoloads() -> bool:
+    """True when pytest will load the grading plugin by itself (the package is installed)."""
+    from importlib.metadata import entry_points
+
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        return False
+    return any(ep.name == "msda_labs" for ep in entry_points(group="pytest11"))
+
+
+def _stage_timeout(lab: ResolvedLab, stage: str) -> float:
+    """The manifest's limit for one test's code in ``stage`` (the largest of its modes)."""
+    limits = [t for name, t in lab.timeouts.items() if (name == "gpu") == (stage == "gpu")]
+    return max(limits) if limits else FALLBACK_TIMEOUT_S
+
+
+def display_path(path: Path) -> str:
+    """``path`` relative to the current folder when it lies below it, else absolute."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path.resolve())
+
+
+def run_stage(lab: ResolvedLab, submission: Path, *, stage: str = "cpu",
+              tasks: Iterable[str] = (), timeout: float | None = None,
+              seed: int | None = None) -> GradeResult:
+    """Grade ``stage`` of ``lab`` on ``submission`` in this process.
+
+    Args:
+        lab: the lab (its folder holds ``tests/``).
+        submission: the student module to grade.
+        stage: ``cpu``, ``gpu`` or ``all``.
+        tasks: grade only these task ids (all when empty).
+        timeout: seconds one test's code may run (default: the manifest's limit for the stage).
+        seed: a secret seed mixed into every random case (``$MSDA_GRADE_SEED``).
+
+    Returns:
+        The result, titled after the lab and naming the submission.
+
+    Raises:
+        KitError: the grader could not run, the tests could not be collected, or no test ran.
+    """
+    import pytest
+
+    from msda_labs.grading.executor import InfrastructureError
+
+    tasks = tuple(tasks)
+    if seed is not None:
+        os.environ[SEED_ENV] = str(seed)
+    args = [str(lab.folder / "tests"), "-p", "no:terminal", "-p", "no:cacheprovider",
+            "--rootdir", str(lab.folder), "-c", os.devnull, "--strict-markers",
+            "--msda-submission", str(submission.resolve()), "--msda-stage", stage,
+            "--msda-timeout", str(timeout or _stage_timeout(lab, stage))]
+    for task in tasks:
+        args += ["--msda-task", task]
+    if not _plugin_autoloads():
+        args += ["-p", "msda_labs.grading.plugin"]
+    capture = _Capture()
+    try:
+        code = pytest.main(args, plugins=[capture])
+    except InfrastructureError as exc:
+        raise KitError(f"the grader could not run: {exc}") from None
+    if capture.errors:
+        raise KitError("the lab's tests could not be collected (a grading file is broken; "
+                       "restore it with `git checkout -- tests`):\n  "
+                       + "\n  ".join(capture.errors))
+    if capture.result is None:
+        if int(code) == 4:
+            raise KitError("pytest refused the grading run (see the message above)")
+        raise KitError(f"no tests of {lab.id} ran for stage '{stage}'"
+                       + (f" and tasks {', '.join(tasks)}" if tasks else ""))
+    result = capture.result
+    result.title = lab.title or result.title
+    result.submission = display_path(submission)
+    return result

@@ -1,0 +1,95 @@
+"""What a lab test sees of the student's work: the ``submission`` fixture's object and the
+exceptions that stand for each way the submission's code can fail to return a result.
+
+The fixture itself lives in :mod:`msda_labs.grading.plugin`; a test calls
+``submission.run(probe, ...)`` or ``submission.call(name, ...)`` and compares what comes back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from msda_labs.grading.executor import InfrastructureError, Outcome
+from msda_labs.grading.results import Status
+from msda_labs.grading.rules import SourceInfo
+
+if TYPE_CHECKING:  # pragma: no cover
+    from msda_labs.grading.plugin import GradingSession
+
+__all__ = ["Submission", "SubmissionProblem", "NotAttempted", "SubmissionError",
+           "SubmissionCrashed", "SubmissionTimeout", "RuleViolation", "call_probe",
+           "imported_probe"]
+
+
+class SubmissionProblem(Exception):
+    """The submission's code did not return a result; ``status`` is the test's verdict."""
+
+    status = Status.ERROR
+
+    @staticmethod
+    def for_outcome(kind: str, message: str) -> SubmissionProblem:
+        """The exception for an :class:`Outcome` that is not ok (its kind is a status)."""
+        for cls in (NotAttempted, SubmissionError, SubmissionCrashed, SubmissionTimeout):
+            if cls.status == kind:
+                return cls(message)
+        raise InfrastructureError(f"the grading worker answered with an unknown kind {kind!r}")
+
+
+class NotAttempted(SubmissionProblem):
+    status = Status.NOT_ATTEMPTED
+
+
+class SubmissionError(SubmissionProblem):
+    status = Status.ERROR
+
+
+class SubmissionCrashed(SubmissionProblem):
+    status = Status.CRASHED
+
+
+class SubmissionTimeout(SubmissionProblem):
+    status = Status.TIMEOUT
+
+
+class RuleViolation(AssertionError):
+    """The submission breaks a rule read from its source."""
+
+
+def call_probe(module, name: str, *args, **kwargs):
+    """The built-in probe: call ``name`` of the submission."""
+    fn = getattr(module, name, None)
+    if fn is None:
+        raise AttributeError(f"your module defines no '{name}'")
+    return fn(*args, **kwargs)
+
+
+def imported_probe(module) -> bool:
+    """The preflight probe: importing the module is all it does."""
+    return True
+
+
+
+class Submission:
+    """What a test sees of the student's work: run code in isolation, read the source."""
+
+    def __init__(self, session: GradingSession, mode: str):
+        self._session = session
+        self.mode = mode
+        self.source: SourceInfo = session.source
+        self.path: Path = session.submission
+
+    def run(self, probe: Callable, *args, timeout: float | None = None, **kwargs) -> Any:
+        """``probe(module, *args, **kwargs)`` in a fresh child process; returns its result
+        (tensors and plain data) or raises a :class:`SubmissionProblem`."""
+        outcome: Outcome = self._session.executor().run(
+            probe, *args, mode=self.mode, timeout=timeout or self._session.timeout, **kwargs)
+        self._session.last_output = outcome.output
+        if outcome.kind == "ok":
+            return outcome.value
+        raise SubmissionProblem.for_outcome(outcome.kind, outcome.message)
+
+    def call(self, name: str, *args, **kwargs) -> Any:
+        """Call the submission's ``name(*args, **kwargs)`` in a fresh child process."""
+        return self.run(call_probe, name, *args, **kwargs)

@@ -1,0 +1,48 @@
+"""The direction of imports inside msda_labs: import-linter's contracts in pyproject.toml.
+
+The layers (docs/architecture.md): the command line on top, then the classroom tooling, the
+grading flow, the GPU runner, the grading core, and the course model, ground truth and student
+modules at the bottom; the grading worker imports neither the command line nor the classroom
+tooling, and no package or module imports another in a circle.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "shared" / "msda_labs"
+
+
+def _lint_imports(package_parent: Path, cwd: Path) -> subprocess.CompletedProcess:
+    """``lint-imports`` with the kit's contracts, on the msda_labs in ``package_parent``."""
+    if cwd != ROOT:
+        shutil.copy(ROOT / "pyproject.toml", cwd / "pyproject.toml")
+    env = {**os.environ, "PYTHONPATH": str(package_parent)}
+    code = "from importlinter.cli import lint_imports_command; lint_imports_command()"
+    return subprocess.run([sys.executable, "-c", code, "--no-cache"], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_the_kit_keeps_every_import_contract():
+    proc = _lint_imports(ROOT / "shared", ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 broken" in proc.stdout, proc.stdout
+
+
+def test_a_worker_that_imports_the_command_line_breaks_the_contracts(tmp_path):
+    """The check can fail: a copy of the package whose grading plugin imports the CLI."""
+    copy = tmp_path / "src" / "msda_labs"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    plugin = copy / "grading" / "plugin.py"
+    plugin.write_text(plugin.read_text() + "\n\ndef _late():\n    import msda_labs.cli  # noqa\n")
+    proc = _lint_imports(tmp_path / "src", tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    broken = proc.stdout.split("Broken contracts", 1)[-1]
+    assert "The grading worker imports neither the command line" in broken, proc.stdout
+    assert "Layers: each layer imports only the layers below it" in broken, proc.stdout
+    assert "msda_labs.grading.plugin -> msda_labs.cli" in broken, proc.stdout
