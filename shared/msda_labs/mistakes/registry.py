@@ -72,6 +72,10 @@ class Catalogue:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def entries(self) -> list[Mistake]:
+        """Every mistake, in registration order."""
+        return list(self._entries.values())
+
     def explanations(self) -> dict[str, Any]:
         """``{name: why}`` for every mistake, in registration order."""
         return {name: entry.why for name, entry in self._entries.items()}
