@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-import torch.nn.functional as F
 from probes_lab00 import probe_layer
 from test_lab00_idea import LAB, MODE, NO_GRADIENT, TASKS, TITLE, expect_grads
 
@@ -25,13 +24,14 @@ from msda_labs.truth.cases import seeded_generator
 from msda_labs.truth.layers import (
     LAYER_SPEC,
     Layer,
+    collapsed_attention,
+    collapsed_cross_attention,
+    collapsed_msda_attention,
     deformable_attention,
     deformable_cross_attention,
     layer_state,
-    linear,
     msda_cross_attention,
 )
-from msda_labs.truth.reference import msda_reference
 
 __all__ = ["LAB", "MODE", "TASKS", "TITLE"]  # the lab's declarations live in test_lab00_idea.py
 SOLO = ("bilinear_sample", "deform_attend")  # the grader's own parts while a layer is graded
@@ -46,6 +46,7 @@ class Kind:
     parts: tuple
     input_names: tuple
     reference: Callable  # (float64 weights, layer, float64 inputs, steps) -> output
+    collapsed: Callable  # (float64 weights, layer, float64 inputs) -> output, predictors zeroed
     grad_hint: str = NO_GRADIENT
 
     def init_args(self, layer: Layer) -> tuple:
@@ -55,13 +56,16 @@ class Kind:
 
 SELF = Kind("DeformableAttention", SELF_MISTAKES, SOLO, ("x",),
             lambda s, ly, t, steps: deformable_attention(s, *t, ly.M, ly.K, steps),
+            lambda s, ly, t: collapsed_attention(s, *t),
             "without it the layer cannot learn where to look; " + NO_GRADIENT)
 CROSS = Kind("DeformableCrossAttention", CROSS_MISTAKES, SOLO,
              ("query", "reference_points", "value"),
-             lambda s, ly, t, steps: deformable_cross_attention(s, *t, ly.M, ly.K, steps))
+             lambda s, ly, t, steps: deformable_cross_attention(s, *t, ly.M, ly.K, steps),
+             lambda s, ly, t: collapsed_cross_attention(s, *t))
 MSDA = Kind("MSDACrossAttention", MSDA_LAYER_MISTAKES, (*SOLO, "msda"),
             ("query", "reference_points", "value"),
-            lambda s, ly, t, steps: msda_cross_attention(s, *t, ly.M, ly.L, ly.K, steps))
+            lambda s, ly, t, steps: msda_cross_attention(s, *t, ly.M, ly.L, ly.K, steps),
+            lambda s, ly, t: collapsed_msda_attention(s, *t, ly.M, ly.L, ly.K))
 
 SELF_LAYERS = (
     Layer("two_heads", C=8, M=2, K=3, B=2, shapes=((5, 6),), seed=130),
@@ -143,6 +147,14 @@ def _check_structure_and_shape(submission, kind):
                   dtype=torch.float32)
 
 
+def _check_collapse(submission, kind, layer, what):
+    state, inputs = _setup(kind, layer, zero_predictors=True)
+    result = _run(submission, kind, layer, state, inputs)
+    expected = kind.collapsed(_double(state), layer, _as64(inputs))
+    _expect_layer(result, expected, state, f"{kind.cls} with offset_proj and weight_proj zeroed "
+                  f"({what})", layer, _variants(kind, layer, state, inputs))
+
+
 def _check_random_offsets(submission, kind, layer):
     state, inputs = _setup(kind, layer)
     result = _run(submission, kind, layer, state, inputs)
@@ -178,14 +190,7 @@ def test_self_attention_structure_and_shape(submission):
 def test_self_attention_collapses_with_zero_predictors(submission):
     # Zero offsets put every point on its own pixel centre, zero logits weigh the points 1/K: the
     # layer must then be out_proj(value_proj(x)), position by position.
-    layer = SELF_LAYERS[0]
-    state, inputs = _setup(SELF, layer, zero_predictors=True)
-    result = _run(submission, SELF, layer, state, inputs)
-    s = _double(state)
-    expected = linear(s, "out_proj", linear(s, "value_proj", inputs[0].double()))
-    _expect_layer(result, expected, state, "DeformableAttention with offset_proj and weight_proj "
-                  "zeroed (must reduce to out_proj(value_proj(x)))", layer,
-                  _variants(SELF, layer, state, inputs))
+    _check_collapse(submission, SELF, SELF_LAYERS[0], "must reduce to out_proj(value_proj(x))")
 
 
 @pytest.mark.task("0.3", points=1)
@@ -209,19 +214,8 @@ def test_cross_attention_structure_and_shape(submission):
 def test_cross_attention_collapses_to_lookup(submission):
     # Zeroed predictors: each query reads value_proj(value) at its reference point, one bilinear
     # lookup of all C channels, then out_proj.
-    layer = CROSS_LAYERS[0]
-    state, inputs = _setup(CROSS, layer, zero_predictors=True)
-    result = _run(submission, CROSS, layer, state, inputs)
-    s = _double(state)
-    query, ref_points, value = _as64(inputs)
-    projected = linear(s, "value_proj", value).permute(0, 3, 1, 2)  # [B, C, H, W]
-    grid = (2 * ref_points - 1).unsqueeze(2)  # [B, Q, 1, 2]
-    looked_up = F.grid_sample(projected, grid, mode="bilinear", padding_mode="zeros",
-                              align_corners=False)[..., 0].transpose(1, 2)  # [B, Q, C]
-    _expect_layer(result, linear(s, "out_proj", looked_up), state,
-                  "DeformableCrossAttention with offset_proj and weight_proj zeroed (must reduce "
-                  "to a bilinear lookup at the reference points)", layer,
-                  _variants(CROSS, layer, state, inputs))
+    _check_collapse(submission, CROSS, CROSS_LAYERS[0],
+                    "must reduce to a bilinear lookup at the reference points")
 
 
 @pytest.mark.task("0.4", points=1)
@@ -245,20 +239,8 @@ def test_msda_layer_structure_and_shape(submission):
 def test_msda_layer_collapses_with_zero_predictors(submission):
     # Zeroed predictors: every point of every level sits on the reference point, and each of the
     # L * K points weighs 1 / (L * K).
-    layer = MSDA_LAYERS[0]
-    state, inputs = _setup(MSDA, layer, zero_predictors=True)
-    result = _run(submission, MSDA, layer, state, inputs)
-    s = _double(state)
-    _query, ref_points, value, shapes = _as64(inputs)
-    B, Q, M, L, K = layer.B, layer.Q, layer.M, layer.L, layer.K
-    projected = linear(s, "value_proj", value).reshape(B, -1, M, layer.C // M)
-    loc = ref_points[:, :, None, None, None, :].expand(B, Q, M, L, K, 2)
-    uniform = torch.full((B, Q, M, L, K), 1.0 / (L * K), dtype=torch.float64)
-    expected = linear(s, "out_proj", msda_reference(projected, shapes, loc, uniform))
-    _expect_layer(result, expected, state,
-                  "MSDACrossAttention with offset_proj and weight_proj zeroed (every point on "
-                  "the reference point, weights 1 / (L * K))", layer,
-                  _variants(MSDA, layer, state, inputs))
+    _check_collapse(submission, MSDA, MSDA_LAYERS[0],
+                    "every point on the reference point, weights 1 / (L * K)")
 
 
 @pytest.mark.task("0.6", points=1)

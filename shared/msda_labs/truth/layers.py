@@ -21,11 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from msda_labs.truth.cases import seeded_generator
 from msda_labs.truth.reference import msda_reference
 
 __all__ = ["OFFSET_PIXELS", "Layer", "LayerSteps", "LAYER_SPEC", "bilinear_sample",
+           "collapsed_attention", "collapsed_cross_attention", "collapsed_msda_attention",
            "deform_attend", "deformable_attention", "deformable_cross_attention", "layer_state",
            "linear", "msda_cross_attention"]
 
@@ -192,3 +194,31 @@ def msda_cross_attention(s, query, ref_points, value, shapes, M, L, K,
     loc = ref_points[:, :, None, None, None, :] + offsets / size[:, None, :]
     out = msda_reference(v, shapes, loc, attn)
     return linear(s, "out_proj", steps.merge_heads(out, M))
+
+
+# With offset_proj and weight_proj zeroed, every point sits on its query's reference point and
+# the points of a head weigh the same: each layer collapses to a simpler formula, computed here
+# without the attention machinery (an independent check of it).
+def collapsed_attention(s, x):
+    """DeformableAttention with zeroed predictors: out_proj(value_proj(x)), pixel by pixel."""
+    return linear(s, "out_proj", linear(s, "value_proj", x))
+
+
+def collapsed_cross_attention(s, query, ref_points, value):
+    """DeformableCrossAttention with zeroed predictors: one bilinear lookup of all C channels of
+    value_proj(value) at each reference point, then out_proj."""
+    projected = linear(s, "value_proj", value).permute(0, 3, 1, 2)  # [B, C, H, W]
+    grid = (2 * ref_points - 1).unsqueeze(2)  # [B, Q, 1, 2]
+    looked_up = F.grid_sample(projected, grid, mode="bilinear", padding_mode="zeros",
+                              align_corners=False)[..., 0].transpose(1, 2)  # [B, Q, C]
+    return linear(s, "out_proj", looked_up)
+
+
+def collapsed_msda_attention(s, query, ref_points, value, shapes, M, L, K):
+    """MSDACrossAttention with zeroed predictors: MSDA with every point on the reference point
+    and each of the L * K points weighing 1 / (L * K)."""
+    B, Q, C = query.shape
+    projected = linear(s, "value_proj", value).reshape(B, -1, M, C // M)
+    loc = ref_points[:, :, None, None, None, :].expand(B, Q, M, L, K, 2)
+    uniform = torch.full((B, Q, M, L, K), 1.0 / (L * K), dtype=torch.float64)
+    return linear(s, "out_proj", msda_reference(projected, shapes, loc, uniform))
