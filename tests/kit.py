@@ -80,6 +80,8 @@ class Mutant:
     expect: str | None = None
     tasks: list = field(default_factory=list)
     rules: list = field(default_factory=list)  # ladder rules it breaks (course.ladder)
+    # a whole-submission mutant appended to the chip (msda_labs.mistakes.submissions)
+    append: str | None = None
 
     def apply(self, source: str) -> str:
         for old, new in self.replace:
@@ -88,15 +90,29 @@ class Mutant:
                 raise AssertionError(f"mutant {self.lab}/{self.id}: {old!r} occurs {count} times "
                                      f"in the chip (it must occur exactly once)")
             source = source.replace(old, new)
+        if self.append is not None:
+            from msda_labs.gpu.prove import make_variant
+
+            source = make_variant(source, self.append)
         return source
+
+
+def whole_submission_mutants() -> list[dict]:
+    """The entries of ``mutants/whole.yaml``: mutants appended to any lab's chip, each with the
+    labs whose CPU grading must catch it (``labs``)."""
+    return yaml.safe_load((MUTANTS / "whole.yaml").read_text()) or []
 
 
 def mutants(lab_id: str) -> list[Mutant]:
     path = MUTANTS / f"{lab_id}.yaml"
-    if not path.is_file():
-        return []
-    data = yaml.safe_load(path.read_text()) or []
-    return [Mutant(lab=lab_id, **entry) for entry in data]
+    data = (yaml.safe_load(path.read_text()) or []) if path.is_file() else []
+    found = [Mutant(lab=lab_id, **entry) for entry in data]
+    for entry in whole_submission_mutants():
+        if lab_id in entry.get("labs", ()):
+            fields = {k: v for k, v in entry.items() if k not in ("labs", "id")}
+            found.append(Mutant(lab=lab_id, id=f"whole_{entry['id']}", append=entry["id"],
+                                **fields))
+    return found
 
 
 def all_mutants() -> list[Mutant]:

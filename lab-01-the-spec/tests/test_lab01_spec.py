@@ -1,7 +1,12 @@
-"""Grading tests of lab 01 (the spec). Run them with `nox -s lab01`."""
+"""Grading tests of lab 01 (the spec). Run them with `nox -s lab01`.
+
+The child runs your functions (directly, or through ``probes_lab01.py``); the judge compares with
+``msda_labs.truth`` and names a familiar mistake from ``msda_labs.mistakes``.
+"""
 
 import pytest
 import torch
+from probes_lab01 import sample_many
 
 from msda_labs.grading import expect_close
 from msda_labs.mistakes import msda_variants, pixel_reads, pixel_variants
@@ -17,12 +22,6 @@ TASKS = {"1.1": "bilinear_sample", "1.2": "msda_naive_student"}
 BANNED = ("grid_sample", "interpolate", "grid_sampler")
 
 
-def _sample_many(module, img, points):
-    """Probe: one bilinear_sample call per point, stacked to (N, D)."""
-    return torch.stack([module.bilinear_sample(img, float(x), float(y))
-                        for x, y in points.tolist()])
-
-
 def _check_rules(submission, name):
     for banned in BANNED:
         if submission.source.calls(name, banned):
@@ -31,7 +30,7 @@ def _check_rules(submission, name):
 
 
 def _reads(submission, img, points, what):
-    res = submission.run(_sample_many, img, points)
+    res = submission.run(sample_many, img, points)
     expect_close(res, pixel_reads(img, points), what=what, dtype=torch.float64,
                  variants=pixel_variants(img, points))
 

@@ -1,12 +1,19 @@
-"""Grading tests of lab 03 (the machine). Run them with `nox -s lab03`."""
+"""Grading tests of lab 03 (the machine). Run them with `nox -s lab03`.
+
+The child runs your functions through ``probes_lab03.py``; the judge compares with
+``msda_labs.truth.memory`` and names a familiar mistake from ``msda_labs.mistakes.memory``.
+"""
 
 import math
 
 import numpy as np
 import pytest
+from probes_lab03 import efficiencies, min_bytes, sector_counts, speedups
 
+from msda_labs.mistakes.memory import BYTES, EFFICIENCY, SECTORS
 from msda_labs.student import memsim
 from msda_labs.student.memsim import SECTOR_BYTES, AccessPattern
+from msda_labs.truth.memory import DEFAULT_SIZES, forward_bytes, tiling_speedup
 
 LAB = "lab03"
 TITLE = "The machine"
@@ -44,90 +51,16 @@ PATTERNS = {
 }
 
 
-def _ref_sectors(pattern: AccessPattern) -> int:
-    return int(sum(len(np.unique(np.asarray(w) // SECTOR_BYTES)) for w in pattern.warps))
-
-
-def _ref_efficiency(pattern: AccessPattern) -> float:
-    return pattern.useful_bytes / (_ref_sectors(pattern) * SECTOR_BYTES)
-
-
-def _describe(res) -> str:
-    return f"{type(res).__module__}.{type(res).__qualname__} {res!r:.60}"
-
-
-def _as_int(res):
-    """('int', value) for Python/numpy integers, ('number', value) for other real numbers."""
-    if isinstance(res, bool):
-        return ("other", _describe(res))
-    if isinstance(res, (int, np.integer)):
-        return ("int", int(res))
-    if isinstance(res, (float, np.floating)):
-        return ("number", float(res))
-    return ("other", _describe(res))
-
-
-def _as_float(res):
-    if isinstance(res, bool):
-        return ("other", _describe(res))
-    if isinstance(res, (int, float, np.integer, np.floating)):
-        return ("number", float(res))
-    return ("other", _describe(res))
-
-
-# -- probes (run inside the isolated child) --------------------------------------------------
-
-def _sector_counts(module, patterns):
-    return [_as_int(module.sectors_touched(p)) for p in patterns]
-
-
-def _efficiencies(module, patterns):
-    # efficiency is graded on its own: it sees a correct sectors_touched.
-    module.sectors_touched = _ref_sectors
-    return [_as_float(module.efficiency(p)) for p in patterns]
-
-
-def _min_bytes(module, calls):
-    return [_as_int(module.forward_min_bytes(**kwargs)) for kwargs in calls]
-
-
-def _speedups(module, calls):
-    # tiling_speedup is graded on its own: it sees a correct sectors_touched and efficiency.
-    module.sectors_touched = _ref_sectors
-    module.efficiency = _ref_efficiency
-    return [_as_float(module.tiling_speedup(**kwargs)) for kwargs in calls]
-
-
 # -- Task 3.1 ----------------------------------------------------------------------------------
-
-def _sector_mistakes(p: AccessPattern) -> list[tuple[str, int]]:
-    warps = [np.asarray(w) for w in p.warps]
-    every = np.concatenate(warps) if warps else np.array([], dtype=np.int64)
-    return [
-        ("one sector per active lane: lanes whose addresses fall in the same 32-byte sector share "
-         "it, so count distinct sectors", sum(len(w) for w in warps)),
-        ("distinct sectors counted over the whole pattern instead of per warp load: the paper GPU "
-         "has no cache, so every warp load pays for its own sectors",
-         len(np.unique(every // SECTOR_BYTES))),
-        ("the bytes each warp wanted divided by 32: that assumes perfect coalescing; count the "
-         "sectors the addresses actually fall in",
-         sum(math.ceil(len(w) * p.itemsize / SECTOR_BYTES) for w in warps)),
-        ("addresses divided by the item size first: pattern.warps already holds byte addresses",
-         sum(len(np.unique(w // p.itemsize // SECTOR_BYTES)) for w in warps)),
-        ("128-byte cache lines instead of 32-byte sectors",
-         sum(len(np.unique(w // 128)) for w in warps)),
-    ]
-
 
 def _check_sectors(submission, ids, what):
     patterns = [PATTERNS[i][0]() for i in ids]
-    res = submission.run(_sector_counts, patterns)
+    res = submission.run(sector_counts, patterns)
     refs = [PATTERNS[i][1] for i in ids]
     # A mistake is named when it explains every count of this test, else when it explains the
     # first wrong one (several mistakes coincide on a single fp32 pattern).
-    table = [_sector_mistakes(p) for p in patterns]
-    everywhere = [explanation for j, (explanation, _) in enumerate(table[0])
-                  if all(got == row[j][1] for (_, got), row in zip(res, table))]
+    everywhere = [m.why for m in SECTORS.entries()
+                  if all(got == m.plant(p) for (_, got), p in zip(res, patterns))]
     for (kind, got), ref, p in zip(res, refs, patterns):
         where = f"{what}: sectors_touched({p!r})"
         if kind == "other":
@@ -135,8 +68,7 @@ def _check_sectors(submission, ids, what):
         if got == ref:
             continue
         msg = f"{where} = {got:g}, expected {ref}"
-        here = [explanation for explanation, count in _sector_mistakes(p)
-                if count != ref and got == count]
+        here = [m.why for m in SECTORS.entries() if m.plant(p) != ref and got == m.plant(p)]
         named = [e for e in everywhere if e in here] or here
         if named:
             msg += f"; this is exactly the count of {named[0]}"
@@ -171,7 +103,7 @@ def test_sectors_touched_masked_lanes(submission):
 
 def _check_efficiency(submission, ids, what):
     patterns = [PATTERNS[i][0]() for i in ids]
-    res = submission.run(_efficiencies, patterns)
+    res = submission.run(efficiencies, patterns)
     for (kind, got), pid, p in zip(res, ids, patterns):
         sectors = PATTERNS[pid][1]
         ref = p.useful_bytes / (sectors * SECTOR_BYTES)
@@ -182,17 +114,10 @@ def _check_efficiency(submission, ids, what):
             continue
         msg = (f"{where} = {got:.6g}, expected {ref:.6g} = {p.useful_bytes} useful bytes / "
                f"({sectors} sectors * {SECTOR_BYTES} bytes)")
-        lanes_full = len(p.warps) * memsim.WARP_SIZE * p.itemsize
-        mistakes = (
-            ("every warp counted as 32 active lanes: masked lanes want nothing, use "
-             "pattern.useful_bytes", lanes_full / (sectors * SECTOR_BYTES)),
-            ("delivered over useful, upside down", (sectors * SECTOR_BYTES) / p.useful_bytes),
-            ("useful bytes over sectors: multiply the sectors by SECTOR_BYTES",
-             p.useful_bytes / sectors),
-        )
-        for explanation, value in mistakes:
+        for mistake in EFFICIENCY.entries():
+            value = mistake.plant(p, sectors)
             if not math.isclose(value, ref) and math.isclose(got, value, rel_tol=1e-9):
-                msg += f"; this is exactly {explanation}"
+                msg += f"; this is exactly {mistake.why}"
                 break
         raise AssertionError(msg)
 
@@ -211,38 +136,11 @@ def test_efficiency_masked_lanes(submission):
 
 # -- Task 3.2 ----------------------------------------------------------------------------------
 
-_DEFAULTS = {"B": 4, "Q": 300, "M": 8, "D": 32, "L": 4, "K": 4, "itemsize": 2}
-
-
-def _parts(B, Q, M, D, L, K, itemsize):
-    samples = B * Q * M * L * K
-    return samples * 4 * D * itemsize, samples * 3 * itemsize, B * Q * M * D * itemsize
-
-
-def _byte_mistakes(B, Q, M, D, L, K, itemsize):
-    corners, params, output = _parts(B, Q, M, D, L, K, itemsize)
-    samples = B * Q * M * L * K
-    return (
-        ("the decoder preset's answer hard-coded: the count must follow the arguments",
-         40_857_600),
-        ("one row per sample: bilinear reads four corner rows", corners // 4 + params + output),
-        ("a corner counted as one number: each corner row holds D channels",
-         samples * 4 * itemsize + params + output),
-        ("the sampling parameters left out: each sample reads 2 coordinates and 1 weight",
-         corners + output),
-        ("the attention weight left out: each sample reads 2 coordinates and 1 weight",
-         corners + samples * 2 * itemsize + output),
-        ("the output left out: (B, Q, M, D) is written once", corners + params),
-        ("numbers counted instead of bytes: multiply by itemsize",
-         (corners + params + output) // itemsize),
-    )
-
-
 def _check_bytes(submission, calls, what):
-    res = submission.run(_min_bytes, calls)
+    res = submission.run(min_bytes, calls)
     for (kind, got), kwargs in zip(res, calls):
-        args = {**_DEFAULTS, **kwargs}
-        corners, params, output = _parts(**args)
+        args = {**DEFAULT_SIZES, **kwargs}
+        corners, params, output = forward_bytes(**args)
         ref = corners + params + output
         shown = ", ".join(f"{k}={v}" for k, v in kwargs.items())
         where = f"{what}: forward_min_bytes({shown})"
@@ -252,9 +150,9 @@ def _check_bytes(submission, calls, what):
             continue
         msg = (f"{where} = {got:,.0f}, expected {ref:,} = corners {corners:,} + parameters "
                f"{params:,} + output {output:,}")
-        for explanation, value in _byte_mistakes(**args):
-            if value != ref and got == value:
-                msg += f"; this is exactly {explanation}"
+        for mistake in BYTES.entries():
+            if mistake.plant(**args) != ref and got == mistake.plant(**args):
+                msg += f"; this is exactly {mistake.why}"
                 break
         raise AssertionError(msg)
 
@@ -277,7 +175,7 @@ def test_forward_min_bytes_away_from_defaults(submission):
 @pytest.mark.task("3.2", points=1)
 def test_forward_min_bytes_returns_an_int(submission):
     calls = [{}, {"D": 33, "itemsize": 4}]
-    for (kind, got), kwargs in zip(submission.run(_min_bytes, calls), calls):
+    for (kind, got), kwargs in zip(submission.run(min_bytes, calls), calls):
         if kind != "int":
             shown = f"the float {got!r}" if kind == "number" else got
             args = ", ".join(f"{k}={v}" for k, v in kwargs.items())
@@ -287,16 +185,10 @@ def test_forward_min_bytes_returns_an_int(submission):
 
 # -- Task 3.3 ----------------------------------------------------------------------------------
 
-def _ref_speedup(n_queries=256, D=32, itemsize=2, seed=0) -> float:
-    block = memsim.msda_query_block(n_queries=n_queries, D=D, itemsize=itemsize, seed=seed)
-    point = memsim.msda_point_parallel(n_queries=n_queries, D=D, itemsize=itemsize, seed=seed)
-    return _ref_efficiency(block) / _ref_efficiency(point)
-
-
 def _check_speedups(submission, calls, what):
-    res = submission.run(_speedups, calls)
+    res = submission.run(speedups, calls)
     for (kind, got), kwargs in zip(res, calls):
-        ref = _ref_speedup(**kwargs)
+        ref = tiling_speedup(**kwargs)
         shown = ", ".join(f"{k}={v}" for k, v in kwargs.items())
         where = f"{what}: tiling_speedup({shown})"
         if kind == "other":
@@ -307,7 +199,7 @@ def _check_speedups(submission, calls, what):
         if got and math.isclose(1 / got, ref, rel_tol=1e-9):
             msg += ("; this is exactly point-parallel over query-block, upside down: the "
                     "advantage of query-block is efficiency(query-block) / efficiency(point)")
-        elif math.isclose(got, _ref_speedup(), rel_tol=1e-9):
+        elif math.isclose(got, tiling_speedup(), rel_tol=1e-9):
             msg += "; this is the answer for the defaults: build the patterns from the arguments"
         raise AssertionError(msg)
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from kit import whole_submission_mutants
 
-from msda_labs.gpu.prove import make_variant
+from msda_labs.gpu.prove import VARIANTS, make_variant
 from msda_labs.grading.rules import SourceInfo, forbidden_imports
 
 HERE = Path(__file__).resolve().parent
@@ -48,6 +49,15 @@ def _load(source: str, name: str) -> types.ModuleType:
     module = types.ModuleType(name)
     exec(compile(source, f"<{name}>", "exec"), module.__dict__)
     return module
+
+
+def test_every_variant_is_an_entry_of_the_mutant_library():
+    # tests/mutants/whole.yaml lists them; msda_labs/mistakes/submissions.py holds their code.
+    assert VARIANTS == ("chip", *(entry["id"] for entry in whole_submission_mutants()))
+    for variant in VARIANTS[1:]:
+        block = make_variant("", variant)
+        assert f"deliberately {variant}" in block and "(globals())" in block
+        assert "@SUBMISSIONS" not in block  # the function, not its registration
 
 
 def test_the_chip_variant_is_the_chip():

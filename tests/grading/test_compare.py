@@ -2,9 +2,9 @@ import pytest
 import torch
 
 from msda_labs.grading import expect_close, expect_equal
-from msda_labs.mistakes import msda_variants
+from msda_labs.mistakes import MISTAKES, msda_variant, msda_variants
 from msda_labs.truth.cases import STANDARD_CASES, make_inputs
-from msda_labs.truth.reference import msda_reference, msda_variant
+from msda_labs.truth.reference import msda_reference
 
 
 def test_close_passes_within_tolerance():
@@ -46,7 +46,6 @@ def test_known_mistake_is_named(mistake):
     with pytest.raises(AssertionError, match="this is exactly the output of") as info:
         expect_close(wrong, msda_reference(value, shapes, loc, attn), what="msda",
                      dtype=torch.float64, variants=msda_variants(inputs))
-    from msda_labs.truth.reference import MISTAKES
     assert MISTAKES[mistake] in str(info.value)
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from msda_labs.authoring.fences import FenceError, strip
+from msda_labs.authoring.fences import FenceError, solution_blocks, strip
 
 CHIP = '''def f(x):
     # TODO(Task 1.1): double it (about 1 line)
@@ -27,3 +27,15 @@ def test_strip_keeps_outside_and_uncomments_starter():
 def test_malformed_fences_fail_loudly(text, where):
     with pytest.raises(FenceError, match=where):
         strip(text, "chip")
+
+
+def test_solution_blocks_are_the_answers_only():
+    chip = CHIP.replace("    return 2 * x\n", "    y = x\n    y = y + x\n\n    return y\n")
+    assert solution_blocks(chip) == ["y = x\ny = y + x\nreturn y"]  # stripped, no blank lines
+    assert solution_blocks(CHIP) == []  # one line is too common to call a leak
+    assert solution_blocks(CHIP, min_lines=1) == ["return 2 * x"]
+
+
+def test_solution_blocks_share_the_strict_parser():
+    with pytest.raises(FenceError, match=":1: END SOLUTION without"):
+        solution_blocks("# END SOLUTION\n", name="chip")

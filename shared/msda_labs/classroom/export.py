@@ -34,6 +34,7 @@ from pathlib import Path
 
 import yaml
 
+from msda_labs.authoring.fences import solution_blocks
 from msda_labs.classroom import workflows
 from msda_labs.course.manifest import Lab, Manifest, load_manifest
 from msda_labs.errors import KitError
@@ -54,7 +55,6 @@ _CHIP = re.compile(r"^lab([0-9]{2})\.py$")
 # msda_labs/student/shipped.py holds the tuned forward and backward kernels
 # that lab 10 ships (the math of labs 05-08 in full).
 _LATER_MODULES = {"shipped.py": 10}
-_FENCE = re.compile(r"^\s*#\s*(BEGIN SOLUTION|STARTER|END SOLUTION)\s*$")
 
 
 class ExportError(KitError, RuntimeError):
@@ -75,24 +75,6 @@ def _ignore(lab_number: int | None = None):
         return skipped
 
     return ignore
-
-
-def solution_blocks(chip_text: str, min_lines: int = 3) -> list[str]:
-    """The answers fenced in a chip, each normalised (stripped, non-blank lines)."""
-    blocks, current, inside = [], [], False
-    for line in chip_text.splitlines():
-        match = _FENCE.match(line)
-        if match:
-            if match.group(1) == "BEGIN SOLUTION":
-                inside, current = True, []
-            else:
-                if inside and len(current) >= min_lines:
-                    blocks.append("\n".join(current))
-                inside = False
-            continue
-        if inside and line.strip():
-            current.append(line.strip())
-    return blocks
 
 
 def _normalised(text: str) -> str:

@@ -4,7 +4,8 @@
                                                     [--variants chip slow wrong] [--compact]
 
 For every built lab whose classroom.yml entry has a ``gpu`` stage, three submissions are made
-from the lab's chip by text edits (a block appended to the chip's source, nothing else):
+from the lab's chip by text edits (a block appended to the chip's source, nothing else; the
+blocks are the whole-submission mutants of ``msda_labs.mistakes.submissions``):
 
     chip   the chip as it is: every GPU test must pass (full marks);
     slow   after each public call, the device sleeps ten times that call's own time (at least
@@ -42,128 +43,21 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from msda_labs.gpu import ARTIFACT_ENV, ARTIFACT_SUFFIXES, ensure_importable
+from msda_labs.gpu.body import ARTIFACT_ENV, ARTIFACT_SUFFIXES, ensure_importable
+from msda_labs.mistakes.submissions import SUBMISSIONS, appended
 
 __all__ = ["VARIANTS", "make_variant", "Run", "main"]
 
-VARIANTS = ("chip", "slow", "wrong")
-_MARK = "# ---- msda_labs.gpu.prove: deliberately {kind} (appended to the chip, not part of it)"
-
-_SLOW = '''
-
-{mark}
-def _prove_make_slow():
-    import functools
-    import inspect
-    import time
-
-    import torch
-
-    floor_us, factor, cap_us = 2000.0, 10.0, 50000.0
-    state = {{"depth": 0, "us": {{}}}}
-
-    def delay(us):
-        if torch.cuda.is_available():
-            khz = getattr(torch.cuda.get_device_properties(0), "clock_rate", 0) or 2000000
-            torch.cuda._sleep(int(us * khz / 1000.0))
-        else:
-            time.sleep(us / 1e6)
-
-    def slow(name, fn):
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            if state["depth"]:
-                return fn(*args, **kwargs)
-            state["depth"] += 1
-            try:
-                cuda = torch.cuda.is_available()
-                if cuda and torch.cuda.is_current_stream_capturing():
-                    out = fn(*args, **kwargs)
-                elif cuda:
-                    start = torch.cuda.Event(enable_timing=True)
-                    end = torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    out = fn(*args, **kwargs)
-                    end.record()
-                    end.synchronize()
-                    state["us"][name] = start.elapsed_time(end) * 1000.0
-                else:
-                    begin = time.perf_counter()
-                    out = fn(*args, **kwargs)
-                    state["us"][name] = (time.perf_counter() - begin) * 1e6
-                delay(min(cap_us, max(floor_us, factor * state["us"].get(name, floor_us))))
-                return out
-            finally:
-                state["depth"] -= 1
-
-        return wrapper
-
-    space = globals()
-    for name, obj in list(space.items()):
-        if not name.startswith("_") and inspect.isfunction(obj) and \\
-                obj.__module__ == __name__:
-            space[name] = slow(name, obj)
-
-
-_prove_make_slow()
-'''
-
-_WRONG = '''
-
-{mark}
-def _prove_make_wrong():
-    import functools
-    import inspect
-
-    import torch
-
-    state = {{"depth": 0}}
-
-    def bump(out):
-        if isinstance(out, torch.Tensor) and out.is_floating_point() and out.numel() > 0:
-            flat = torch.zeros(out.numel(), dtype=out.dtype, device=out.device)
-            flat[0] = 1.0 + 0.5 * out.detach().reshape(-1)[0].abs()
-            return out + flat.view(out.shape)
-        if isinstance(out, tuple):
-            items = [bump(item) for item in out]
-            return type(out)(*items) if hasattr(out, "_fields") else tuple(items)
-        if isinstance(out, list):
-            return [bump(item) for item in out]
-        return out
-
-    def wrong(fn):
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            if state["depth"]:
-                return fn(*args, **kwargs)
-            state["depth"] += 1
-            try:
-                return bump(fn(*args, **kwargs))
-            finally:
-                state["depth"] -= 1
-
-        return wrapper
-
-    space = globals()
-    for name, obj in list(space.items()):
-        if not name.startswith("_") and inspect.isfunction(obj) and \\
-                obj.__module__ == __name__:
-            space[name] = wrong(obj)
-
-
-_prove_make_wrong()
-'''
+VARIANTS = ("chip", *SUBMISSIONS)  # ("chip", "slow", "wrong")
 
 
 def make_variant(chip_source: str, variant: str) -> str:
     """The chip's source as the ``variant`` submission (``chip``, ``slow`` or ``wrong``)."""
     if variant == "chip":
         return chip_source
-    template = {"slow": _SLOW, "wrong": _WRONG}.get(variant)
-    if template is None:
+    if variant not in SUBMISSIONS:
         raise ValueError(f"unknown variant {variant!r}; expected one of {', '.join(VARIANTS)}")
-    mark = _MARK.format(kind=variant)
-    return chip_source.rstrip("\n") + "\n" + template.format(mark=mark)
+    return chip_source.rstrip("\n") + "\n" + appended(variant)
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from msda_labs.truth.cases import Case, MSDAInputs, seeded_generator
-from msda_labs.truth.reference import msda_variant
+from msda_labs.truth.reference import msda_float64
 
 __all__ = ["PEAKED", "ACC_HINT", "FP16_ACC_MESSAGE", "peaked_inputs", "fp16_running_sum"]
 
@@ -49,7 +49,7 @@ def fp16_running_sum(inputs: MSDAInputs) -> torch.Tensor:
         start = int(starts[lvl])
         level = value[:, start:start + h * w]
         for k in range(K):
-            part = msda_variant(level, shapes[lvl:lvl + 1], loc[:, :, :, lvl:lvl + 1, k:k + 1],
+            part = msda_float64(level, shapes[lvl:lvl + 1], loc[:, :, :, lvl:lvl + 1, k:k + 1],
                                 attn[:, :, :, lvl:lvl + 1, k:k + 1])
             acc = part if acc is None else acc.half().double() + part
     return acc.half().double()

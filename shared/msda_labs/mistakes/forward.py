@@ -1,15 +1,121 @@
-"""Known mistakes as data: what a wrong-in-a-familiar-way output looks like, for feedback."""
+"""Known forward mistakes: what a wrong-in-a-familiar-way output looks like, for feedback.
+
+Each mistake is a small function registered in :data:`FORWARD`. It receives a :class:`Planted`
+(the inputs as the code under test reads them, and the bilinear steps of the spec,
+:class:`msda_labs.truth.reference.Sampling`) and returns it with one thing changed; the ground
+truth then runs on the result. So the spec holds no mistake, and a mistake is the one line that
+makes it.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import torch
 
-from msda_labs.truth.reference import MISTAKES, msda_variant
+from msda_labs.mistakes.registry import Catalogue
+from msda_labs.truth.reference import SPEC, Sampling, bilinear_reads, msda_float64
 
-__all__ = ["msda_variants", "FORWARD_MISTAKES", "pixel_reads", "pixel_variants", "PIXEL_MISTAKES"]
+__all__ = ["FORWARD", "FORWARD_MISTAKES", "MISTAKES", "PIXEL_MISTAKES", "Planted",
+           "msda_variant", "msda_variants", "pixel_reads", "pixel_variants"]
 
+FORWARD = Catalogue("forward")
+
+
+@dataclass(frozen=True)
+class Planted:
+    """What a forward mistake may change.
+
+    Attributes:
+        locations: (..., 2) = (x, y): normalized sampling locations, or pixel points.
+        sampling: the bilinear steps (the spec unless a mistake replaced one).
+        spatial_shapes, level_start_index, attention_weights: the MSDA inputs (None for a
+            single-image pixel read; ``level_start_index`` None means "from the shapes").
+    """
+
+    locations: torch.Tensor
+    sampling: Sampling = SPEC
+    spatial_shapes: torch.Tensor | None = None
+    level_start_index: torch.Tensor | None = None
+    attention_weights: torch.Tensor | None = None
+
+
+def _clamp_to_border(col, row, height, width):
+    return col.clamp(0, width - 1), row.clamp(0, height - 1), torch.ones_like(col, dtype=torch.bool)
+
+
+def _flat_bounds(col, row, height, width):
+    pos = row * width + col
+    return col, row, (pos >= 0) & (pos < height * width)
+
+
+@FORWARD.register("truncate", "truncation toward zero (int()) instead of floor: negative "
+                              "coordinates must round down")
+def truncate(planted: Planted) -> Planted:
+    return replace(planted, sampling=replace(planted.sampling, cell=torch.trunc))
+
+
+@FORWARD.register("no_half_pixel", "a missing -0.5: pixel centres sit at integers, so x_pix = "
+                                   "x * W - 0.5")
+def no_half_pixel(planted: Planted) -> Planted:
+    return replace(planted, sampling=replace(planted.sampling, centre=0.0))
+
+
+@FORWARD.register("swap_xy", "x and y swapped: the last axis of the locations is (x, y) and x "
+                             "runs along the width")
+def swap_xy(planted: Planted) -> Planted:
+    return replace(planted, locations=planted.locations.flip(-1))
+
+
+@FORWARD.register("swap_hw", "H and W swapped: spatial_shapes rows are (H, W), height first")
+def swap_hw(planted: Planted) -> Planted:
+    return replace(planted, spatial_shapes=planted.spatial_shapes.flip(-1))
+
+
+@FORWARD.register("clamp", "clamping to the border instead of zero padding: a corner outside the "
+                           "image adds 0")
+def clamp(planted: Planted) -> Planted:
+    return replace(planted, sampling=replace(planted.sampling, corner=_clamp_to_border))
+
+
+@FORWARD.register("flat_bounds", "a bounds test on the flat index instead of per axis: a column "
+                                 "outside the image aliases into the next row")
+def flat_bounds(planted: Planted) -> Planted:
+    return replace(planted, sampling=replace(planted.sampling, corner=_flat_bounds))
+
+
+@FORWARD.register("level_zero_start", "every level read from the start of value instead of from "
+                                      "its level_start_index")
+def level_zero_start(planted: Planted) -> Planted:
+    levels = planted.spatial_shapes.shape[0]
+    return replace(planted, level_start_index=torch.zeros(levels, dtype=torch.int64))
+
+
+@FORWARD.register("unweighted", "the attention weights left out")
+def unweighted(planted: Planted) -> Planted:
+    return replace(planted, attention_weights=torch.ones_like(planted.attention_weights))
+
+
+# A known mistake -> 'what: why'. Tests pick the ones that apply to what they check.
+MISTAKES: dict[str, str] = FORWARD.explanations()
 FORWARD_MISTAKES = ("truncate", "no_half_pixel", "swap_xy", "swap_hw", "clamp", "flat_bounds",
                     "level_zero_start")
+PIXEL_MISTAKES = ("truncate", "swap_xy", "clamp", "flat_bounds")
+
+
+def msda_variant(value, spatial_shapes, sampling_locations, attention_weights, mistake=None):
+    """MSDA forward with one known mistake planted (None: the correct result).
+
+    Returns:
+        (B, Q, M * D) float64 on the CPU.
+    """
+    planted = Planted(sampling_locations.detach().to("cpu", torch.float64),
+                      spatial_shapes=torch.as_tensor(spatial_shapes).to("cpu", torch.int64),
+                      attention_weights=attention_weights)
+    if mistake is not None:
+        planted = FORWARD[mistake].plant(planted)
+    return msda_float64(value, planted.spatial_shapes, planted.locations,
+                        planted.attention_weights, planted.level_start_index, planted.sampling)
 
 
 def msda_variants(inputs, mistakes=FORWARD_MISTAKES) -> dict[str, tuple[torch.Tensor, str]]:
@@ -19,39 +125,20 @@ def msda_variants(inputs, mistakes=FORWARD_MISTAKES) -> dict[str, tuple[torch.Te
             for name in mistakes}
 
 
-def _pixel_read(img, x, y, mistake=None):
-    """One bilinear read at pixel coordinates with an optional planted mistake (float64)."""
-    import math
-
-    H, W, D = img.shape
-    if mistake == "swap_xy":
-        x, y = y, x
-    rnd = math.trunc if mistake == "truncate" else math.floor
-    x0, y0 = rnd(x), rnd(y)
-    lx, ly = x - x0, y - y0
-    out = torch.zeros(D, dtype=torch.float64)
-    for row, col, wt in ((y0, x0, (1 - lx) * (1 - ly)), (y0, x0 + 1, lx * (1 - ly)),
-                         (y0 + 1, x0, (1 - lx) * ly), (y0 + 1, x0 + 1, lx * ly)):
-        if mistake == "clamp":
-            row, col = min(max(row, 0), H - 1), min(max(col, 0), W - 1)
-        elif mistake == "flat_bounds":
-            pos = row * W + col
-            if not 0 <= pos < H * W:
-                continue
-            row, col = divmod(pos, W)
-        elif not (0 <= row < H and 0 <= col < W):
-            continue
-        out += wt * img[row, col].to(torch.float64)
-    return out
-
-
-PIXEL_MISTAKES = ("truncate", "swap_xy", "clamp", "flat_bounds")
-
-
 def pixel_reads(img, points, mistake=None) -> torch.Tensor:
-    """(N, D) float64 bilinear reads of ``img`` (H, W, D) at pixel ``points`` (N, 2) = (x, y)."""
-    return torch.stack([_pixel_read(img, float(x), float(y), mistake) for x, y in points.tolist()])
+    """(N, D) float64 bilinear reads of ``img`` (H, W, D) at pixel ``points`` (N, 2) = (x, y).
+
+    ``mistake``: one of :data:`PIXEL_MISTAKES` (the others need the MSDA inputs), or None.
+    """
+    planted = Planted(points.detach().to("cpu", torch.float64))
+    if mistake is not None:
+        if mistake not in PIXEL_MISTAKES:
+            raise ValueError(f"{mistake!r} cannot show in a single pixel read; those that can: "
+                             f"{list(PIXEL_MISTAKES)}")
+        planted = FORWARD[mistake].plant(planted)
+    return bilinear_reads(img, planted.locations, planted.sampling)
 
 
 def pixel_variants(img, points, mistakes=PIXEL_MISTAKES) -> dict[str, tuple[torch.Tensor, str]]:
+    """``{mistake: (pixel reads with that mistake, explanation)}`` for ``expect_close``."""
     return {name: (pixel_reads(img, points, name), MISTAKES[name]) for name in mistakes}

@@ -1,4 +1,5 @@
-"""Ground truth for every lab: the grid_sample reference, the naive loops, and their gradients.
+"""Ground truth for every lab: the grid_sample reference, the naive loops, a vectorized float64
+forward whose bilinear steps are named (:class:`Sampling`), and the gradients.
 
 Nothing here is ever imported by a student module (the grader flags it); tests and the kit's own
 checks compare against it. Conventions are those of every lab:
@@ -17,6 +18,8 @@ interpolation with zero padding: exactly grid_sample(bilinear, zeros, align_corn
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -25,10 +28,14 @@ __all__ = [
     "level_starts",
     "msda_reference",
     "msda_naive",
-    "msda_variant",
+    "msda_float64",
     "bilinear_pixel",
+    "bilinear_reads",
+    "bilinear_corners",
+    "Sampling",
+    "SPEC",
+    "zero_padding",
     "reference_grads",
-    "MISTAKES",
 ]
 
 
@@ -108,70 +115,100 @@ def msda_naive(value, spatial_shapes, sampling_locations, attention_weights):
     return out.reshape(B, Q, M * D).to(value.dtype)
 
 
-# A known mistake -> 'what: why'. Tests pick the ones that apply to what they check.
-MISTAKES = {
-    "truncate": "truncation toward zero (int()) instead of floor: negative coordinates must round "
-                "down",
-    "no_half_pixel": "a missing -0.5: pixel centres sit at integers, so x_pix = x * W - 0.5",
-    "swap_xy": "x and y swapped: the last axis of the locations is (x, y) and x runs along the "
-               "width",
-    "swap_hw": "H and W swapped: spatial_shapes rows are (H, W), height first",
-    "clamp": "clamping to the border instead of zero padding: a corner outside the image adds 0",
-    "flat_bounds": "a bounds test on the flat index instead of per axis: a column outside the "
-                   "image aliases into the next row",
-    "level_zero_start": "every level read from the start of value instead of from its "
-                        "level_start_index",
-    "unweighted": "the attention weights left out",
-}
+def zero_padding(col, row, height: int, width: int):
+    """The spec's corner rule: a corner outside the image reads 0.
 
+    Args:
+        col, row: integer corner coordinates (tensors of one shape).
+        height, width: the image's size.
 
-def msda_variant(value, spatial_shapes, sampling_locations, attention_weights, mistake=None):
-    """MSDA forward with one known mistake planted (None: the correct result), float64 math.
-
-    Vectorized over (B, Q, M), a loop over levels and points; used to recognise what a wrong
-    output is. Returns (B, Q, M * D) in float64 on the CPU.
+    Returns:
+        ``(col, row, valid)``: the corner to read (flat index ``row * width + col``) and whether it
+        counts. Mistakes in :mod:`msda_labs.mistakes` swap in other rules.
     """
-    if mistake is not None and mistake not in MISTAKES:
-        raise ValueError(f"unknown mistake {mistake!r}; known: {sorted(MISTAKES)}")
+    valid = (col >= 0) & (col < width) & (row >= 0) & (row < height)
+    return col, row, valid
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """The steps that turn one pixel coordinate into four weighted corner reads.
+
+    Each default is the spec; :mod:`msda_labs.mistakes` builds wrong outputs by replacing one.
+
+    Attributes:
+        cell: pixel coordinate -> the top-left corner of its cell (``floor``).
+        centre: ``x_pix = x * W - centre``; pixel centres sit at integers, so 0.5.
+        corner: ``(col, row, H, W) -> (col, row, valid)``: which corner is read and whether it
+            counts (:func:`zero_padding`).
+    """
+
+    cell: Callable = torch.floor
+    centre: float = 0.5
+    corner: Callable = zero_padding
+
+
+SPEC = Sampling()
+
+
+def bilinear_corners(x, y, height: int, width: int, sampling: Sampling = SPEC):
+    """The four corners of float64 pixel coordinates ``x``, ``y`` (tensors of one shape).
+
+    Yields:
+        ``(col, row, weight, valid)`` per corner, top-left, top-right, bottom-left, bottom-right.
+    """
+    x0, y0 = sampling.cell(x), sampling.cell(y)
+    fx, fy = x - x0, y - y0
+    for dy, dx, weight in ((0, 0, (1 - fx) * (1 - fy)), (0, 1, fx * (1 - fy)),
+                           (1, 0, (1 - fx) * fy), (1, 1, fx * fy)):
+        col, row, valid = sampling.corner((x0 + dx).long(), (y0 + dy).long(), height, width)
+        yield col, row, weight, valid
+
+
+def bilinear_reads(img, points, sampling: Sampling = SPEC) -> torch.Tensor:
+    """(N, D) float64 bilinear reads of ``img`` (H, W, D) at pixel ``points`` (N, 2) = (x, y)."""
+    H, W, D = img.shape
+    flat = img.detach().to("cpu", torch.float64).reshape(H * W, D)
+    pts = points.detach().to("cpu", torch.float64)
+    out = torch.zeros(pts.shape[0], D, dtype=torch.float64)
+    for col, row, weight, valid in bilinear_corners(pts[:, 0], pts[:, 1], H, W, sampling):
+        vals = flat[(row * W + col).clamp(0, H * W - 1)]
+        out += (weight * valid)[:, None] * vals
+    return out
+
+
+def msda_float64(value, spatial_shapes, sampling_locations, attention_weights,
+                 level_start_index=None, sampling: Sampling = SPEC) -> torch.Tensor:
+    """MSDA forward in float64 on the CPU, vectorized over (B, Q, M); a loop over levels, points.
+
+    Args:
+        value, spatial_shapes, sampling_locations, attention_weights: as for
+            :func:`msda_reference`, any float dtype and device.
+        level_start_index: where each level begins along S (default: from spatial_shapes).
+        sampling: the steps of one bilinear read (default: the spec).
+
+    Returns:
+        (B, Q, M * D) float64 on the CPU.
+    """
     v = value.detach().to(torch.float64).cpu()
     loc = sampling_locations.detach().to(torch.float64).cpu()
     attn = attention_weights.detach().to(torch.float64).cpu()
     B, S, M, D = v.shape
     _, Q, _, L, K, _ = loc.shape
     hw = [(int(h), int(w)) for h, w in torch.as_tensor(spatial_shapes).tolist()]
-    starts = level_starts(spatial_shapes).tolist()
-    flat = v.reshape(B, S, M, D)
+    starts = level_starts(spatial_shapes) if level_start_index is None else level_start_index
     b_idx = torch.arange(B).view(B, 1, 1)
     m_idx = torch.arange(M).view(1, 1, M)
     out = torch.zeros(B, Q, M, D, dtype=torch.float64)
-    rnd = torch.trunc if mistake == "truncate" else torch.floor
     for lvl, (h, w) in enumerate(hw):
-        start = 0 if mistake == "level_zero_start" else starts[lvl]
-        if mistake == "swap_hw":
-            h, w = w, h
+        start = int(starts[lvl])
         for k in range(K):
-            lx_n, ly_n = loc[:, :, :, lvl, k, 0], loc[:, :, :, lvl, k, 1]
-            if mistake == "swap_xy":
-                lx_n, ly_n = ly_n, lx_n
-            shift = 0.0 if mistake == "no_half_pixel" else 0.5
-            x, y = lx_n * w - shift, ly_n * h - shift
-            x0, y0 = rnd(x), rnd(y)
-            fx, fy = x - x0, y - y0
-            a = 1.0 if mistake == "unweighted" else attn[:, :, :, lvl, k]
-            for dy, dx, wt in ((0, 0, (1 - fx) * (1 - fy)), (0, 1, fx * (1 - fy)),
-                               (1, 0, (1 - fx) * fy), (1, 1, fx * fy)):
-                cx, cy = (x0 + dx).long(), (y0 + dy).long()
-                if mistake == "clamp":
-                    cx, cy = cx.clamp(0, w - 1), cy.clamp(0, h - 1)
-                    valid = torch.ones_like(cx, dtype=torch.bool)
-                elif mistake == "flat_bounds":
-                    pos = cy * w + cx
-                    valid = (pos >= 0) & (pos < h * w)
-                else:
-                    valid = (cx >= 0) & (cx < w) & (cy >= 0) & (cy < h)
-                row = (start + cy * w + cx).clamp(0, S - 1)
-                vals = flat[b_idx, row, m_idx]  # [B, Q, M, D]
-                out += (a * wt * valid)[..., None] * vals
+            x = loc[:, :, :, lvl, k, 0] * w - sampling.centre
+            y = loc[:, :, :, lvl, k, 1] * h - sampling.centre
+            a = attn[:, :, :, lvl, k]
+            for col, row, weight, valid in bilinear_corners(x, y, h, w, sampling):
+                rows = (start + row * w + col).clamp(0, S - 1)
+                out += (a * weight * valid)[..., None] * v[b_idx, rows, m_idx]  # [B, Q, M, D]
     return out.reshape(B, Q, M * D)
 
 

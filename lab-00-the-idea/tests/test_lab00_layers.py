@@ -1,0 +1,254 @@
+"""Grading tests of lab 00's layers (tasks 0.3, 0.4, 0.6). Run them with `nox -s lab00`.
+
+Each layer is built in the child from your class, loaded with the test's seeded weights and run
+(``probes_lab00.probe_layer``); the judge recomputes it in float64 with ``msda_labs.truth.layers``
+and names a familiar mistake when your output is exactly its output (``msda_labs.mistakes.layers``).
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+import torch
+from probes_lab00 import probe_layer
+from test_lab00_idea import LAB, MODE, NO_GRADIENT, TASKS, TITLE, expect_grads
+
+from msda_labs.grading import expect_close, expect_tensor
+from msda_labs.mistakes.layers import (
+    CROSS_MISTAKES,
+    MSDA_LAYER_MISTAKES,
+    SELF_MISTAKES,
+    layer_variants,
+)
+from msda_labs.truth.cases import seeded_generator
+from msda_labs.truth.layers import (
+    LAYER_SPEC,
+    Layer,
+    collapsed_attention,
+    collapsed_cross_attention,
+    collapsed_msda_attention,
+    deformable_attention,
+    deformable_cross_attention,
+    layer_state,
+    msda_cross_attention,
+)
+
+__all__ = ["LAB", "MODE", "TASKS", "TITLE"]  # the lab's declarations live in test_lab00_idea.py
+SOLO = ("bilinear_sample", "deform_attend")  # the grader's own parts while a layer is graded
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One graded layer class: how to build its inputs, call it and recompute it."""
+
+    cls: str
+    mistakes: tuple
+    parts: tuple
+    input_names: tuple
+    reference: Callable  # (float64 weights, layer, float64 inputs, steps) -> output
+    collapsed: Callable  # (float64 weights, layer, float64 inputs) -> output, predictors zeroed
+    grad_hint: str = NO_GRADIENT
+
+    def init_args(self, layer: Layer) -> tuple:
+        levels = (layer.L,) if self.cls == "MSDACrossAttention" else ()
+        return (layer.C, layer.M, *levels, layer.K)
+
+
+SELF = Kind("DeformableAttention", SELF_MISTAKES, SOLO, ("x",),
+            lambda s, ly, t, steps: deformable_attention(s, *t, ly.M, ly.K, steps),
+            lambda s, ly, t: collapsed_attention(s, *t),
+            "without it the layer cannot learn where to look; " + NO_GRADIENT)
+CROSS = Kind("DeformableCrossAttention", CROSS_MISTAKES, SOLO,
+             ("query", "reference_points", "value"),
+             lambda s, ly, t, steps: deformable_cross_attention(s, *t, ly.M, ly.K, steps),
+             lambda s, ly, t: collapsed_cross_attention(s, *t))
+MSDA = Kind("MSDACrossAttention", MSDA_LAYER_MISTAKES, (*SOLO, "msda"),
+            ("query", "reference_points", "value"),
+            lambda s, ly, t, steps: msda_cross_attention(s, *t, ly.M, ly.L, ly.K, steps),
+            lambda s, ly, t: collapsed_msda_attention(s, *t, ly.M, ly.L, ly.K))
+
+SELF_LAYERS = (
+    Layer("two_heads", C=8, M=2, K=3, B=2, shapes=((5, 6),), seed=130),
+    Layer("odd_single_point", C=9, M=3, K=1, B=1, shapes=((4, 7),), seed=131),
+)
+CROSS_LAYERS = (
+    Layer("two_heads", C=8, M=2, K=3, B=2, Q=5, shapes=((6, 7),), seed=140),
+    Layer("one_head_odd_map", C=6, M=1, K=2, B=1, Q=7, shapes=((3, 5),), seed=141),
+)
+MSDA_LAYERS = (
+    Layer("two_levels", C=8, M=2, K=3, B=2, Q=5, shapes=((5, 7), (3, 4)), seed=160),
+    Layer("three_levels_odd", C=6, M=2, K=2, B=1, Q=3, shapes=((6, 4), (3, 2), (1, 1)), seed=161),
+)
+
+
+def _setup(kind: Kind, layer: Layer, zero_predictors=False):
+    """Seeded weights and float32 inputs of one case: (state, inputs)."""
+    points = layer.M * layer.L * layer.K
+    state = layer_state(layer, points * 2, points, zero_predictors)
+    gen = seeded_generator(layer.seed + 1000)
+    (H, W), S = layer.shapes[0], sum(h * w for h, w in layer.shapes)
+    if kind is SELF:
+        return state, (torch.randn(layer.B, H, W, layer.C, generator=gen),)
+    query = torch.randn(layer.B, layer.Q, layer.C, generator=gen)
+    ref_points = torch.rand(layer.B, layer.Q, 2, generator=gen)
+    if kind is CROSS:
+        return state, (query, ref_points, torch.randn(layer.B, H, W, layer.C, generator=gen))
+    value = torch.randn(layer.B, S, layer.C, generator=gen)
+    return state, (query, ref_points, value, torch.tensor(layer.shapes, dtype=torch.int64))
+
+
+def _run(submission, kind, layer, state, inputs, **kwargs):
+    return submission.run(probe_layer, kind.cls, kind.init_args(layer), state, inputs,
+                          parts=kind.parts, **kwargs)
+
+
+def _double(state):
+    return {name: t.double() for name, t in state.items()}
+
+
+def _as64(inputs):
+    return [t.double() if t.is_floating_point() else t for t in inputs]
+
+
+def _variants(kind, layer, state, inputs):
+    return layer_variants(kind.reference, kind.mistakes, _double(state), layer, _as64(inputs))
+
+
+def _expect_structure(result, state, what, exact=False):
+    have = result.get("structure", {})
+    if not isinstance(have, dict):
+        raise AssertionError(f"{what}: could not read the layer's parameters")
+    wrong = [f"{name} {tuple(t.shape)} (yours: {have[name] if name in have else 'missing'})"
+             for name, t in state.items() if have.get(name) != tuple(t.shape)]
+    if wrong:
+        raise AssertionError(f"{what}: the submodules must be nn.Linear layers with bias named as "
+                             f"in the docstring; expected " + ", ".join(wrong))
+    extra = sorted(set(have) - set(state))
+    if exact and extra:
+        raise AssertionError(f"{what}: parameters beyond the four projections: "
+                             f"{', '.join(extra[:4])} (the layer is exactly the four nn.Linear)")
+
+
+def _expect_layer(result, ref, state, what, layer, variants):
+    _expect_structure(result, state, what)
+    expect_close(result.get("out"), ref, what=what, case=layer.describe(), dtype=torch.float32,
+                 expect_dtype=torch.float32, variants=variants)
+
+
+def _check_structure_and_shape(submission, kind):
+    layer = {SELF: SELF_LAYERS, CROSS: CROSS_LAYERS, MSDA: MSDA_LAYERS}[kind][0]
+    state, inputs = _setup(kind, layer)
+    result = _run(submission, kind, layer, state, inputs)
+    what = f"{kind.cls}({', '.join(str(n) for n in kind.init_args(layer))})"
+    _expect_structure(result, state, what, exact=True)
+    on = (f"x {tuple(inputs[0].shape)}" if kind is SELF else
+          f"query {tuple(inputs[0].shape)}, value {tuple(inputs[2].shape)}")
+    expect_tensor(result.get("out"), f"{what} on {on}", shape=inputs[0].shape,
+                  dtype=torch.float32)
+
+
+def _check_collapse(submission, kind, layer, what):
+    state, inputs = _setup(kind, layer, zero_predictors=True)
+    result = _run(submission, kind, layer, state, inputs)
+    expected = kind.collapsed(_double(state), layer, _as64(inputs))
+    _expect_layer(result, expected, state, f"{kind.cls} with offset_proj and weight_proj zeroed "
+                  f"({what})", layer, _variants(kind, layer, state, inputs))
+
+
+def _check_random_offsets(submission, kind, layer):
+    state, inputs = _setup(kind, layer)
+    result = _run(submission, kind, layer, state, inputs)
+    ref = kind.reference(_double(state), layer, _as64(inputs), LAYER_SPEC)
+    _expect_layer(result, ref, state, f"{kind.cls} with random non-zero offsets", layer,
+                  _variants(kind, layer, state, inputs))
+
+
+def _check_gradients(submission, kind, layer):
+    state, inputs = _setup(kind, layer)
+    grad_out = torch.randn(inputs[0].shape, generator=seeded_generator(layer.seed + 2000))
+    result = _run(submission, kind, layer, state, inputs, grad_out=grad_out,
+                  grad_params=("offset_proj.weight",))
+    _expect_structure(result, state, kind.cls)
+    s = _double(state)
+    s["offset_proj.weight"].requires_grad_()
+    leaves = [t.double().requires_grad_() for t in inputs if t.is_floating_point()]
+    out = kind.reference(s, layer, leaves + [t for t in inputs if not t.is_floating_point()],
+                         LAYER_SPEC)
+    refs = torch.autograd.grad(out, [s["offset_proj.weight"], *leaves], grad_out.double())
+    whats = [f"{kind.cls}: gradient reaching {n}"
+             for n in ("offset_proj.weight", *kind.input_names)]
+    expect_grads(result, refs, whats, kind.grad_hint, torch.float32)
+
+
+# == Task 0.3: DeformableAttention ================================================================
+@pytest.mark.task("0.3", points=1)
+def test_self_attention_structure_and_shape(submission):
+    _check_structure_and_shape(submission, SELF)
+
+
+@pytest.mark.task("0.3", points=1)
+def test_self_attention_collapses_with_zero_predictors(submission):
+    # Zero offsets put every point on its own pixel centre, zero logits weigh the points 1/K: the
+    # layer must then be out_proj(value_proj(x)), position by position.
+    _check_collapse(submission, SELF, SELF_LAYERS[0], "must reduce to out_proj(value_proj(x))")
+
+
+@pytest.mark.task("0.3", points=1)
+@pytest.mark.parametrize("layer", SELF_LAYERS, ids=lambda c: c.id)
+def test_self_attention_random_offsets(submission, layer):
+    _check_random_offsets(submission, SELF, layer)
+
+
+@pytest.mark.task("0.3", points=1)
+def test_self_attention_gradients(submission):
+    _check_gradients(submission, SELF, SELF_LAYERS[0])
+
+
+# == Task 0.4: DeformableCrossAttention ===========================================================
+@pytest.mark.task("0.4", points=1)
+def test_cross_attention_structure_and_shape(submission):
+    _check_structure_and_shape(submission, CROSS)
+
+
+@pytest.mark.task("0.4", points=1)
+def test_cross_attention_collapses_to_lookup(submission):
+    # Zeroed predictors: each query reads value_proj(value) at its reference point, one bilinear
+    # lookup of all C channels, then out_proj.
+    _check_collapse(submission, CROSS, CROSS_LAYERS[0],
+                    "must reduce to a bilinear lookup at the reference points")
+
+
+@pytest.mark.task("0.4", points=1)
+@pytest.mark.parametrize("layer", CROSS_LAYERS, ids=lambda c: c.id)
+def test_cross_attention_random_offsets(submission, layer):
+    _check_random_offsets(submission, CROSS, layer)
+
+
+@pytest.mark.task("0.4", points=1)
+def test_cross_attention_gradients(submission):
+    _check_gradients(submission, CROSS, CROSS_LAYERS[0])
+
+
+# == Task 0.6: MSDACrossAttention =================================================================
+@pytest.mark.task("0.6", points=1)
+def test_msda_layer_structure_and_shape(submission):
+    _check_structure_and_shape(submission, MSDA)
+
+
+@pytest.mark.task("0.6", points=1)
+def test_msda_layer_collapses_with_zero_predictors(submission):
+    # Zeroed predictors: every point of every level sits on the reference point, and each of the
+    # L * K points weighs 1 / (L * K).
+    _check_collapse(submission, MSDA, MSDA_LAYERS[0],
+                    "every point on the reference point, weights 1 / (L * K)")
+
+
+@pytest.mark.task("0.6", points=1)
+@pytest.mark.parametrize("layer", MSDA_LAYERS, ids=lambda c: c.id)
+def test_msda_layer_random_offsets(submission, layer):
+    _check_random_offsets(submission, MSDA, layer)
+
+
+@pytest.mark.task("0.6", points=1)
+def test_msda_layer_gradients(submission):
+    _check_gradients(submission, MSDA, MSDA_LAYERS[0])
