@@ -21,8 +21,8 @@ __all__ = ["main", "build_parser"]
 
 
 def _cmd_grade(ns) -> int:
+    from msda_labs.flow import GradeRequest, grade
     from msda_labs.grading.render import render_markdown, render_terminal
-    from msda_labs.grading.session import GradeRequest, grade
 
     if ns.solution and ns.submission:
         raise KitError("give either --submission FILE or --solution, not both")
@@ -64,7 +64,7 @@ def _print_annotations(lab_key: str, result) -> None:
 def _cmd_sync(ns) -> int:
     from msda_labs.authoring.handout import sync_lab, sync_ladder
     from msda_labs.course.manifest import find_manifest, load_manifest
-    from msda_labs.grading.session import chip_path
+    from msda_labs.flow import chip_path
 
     manifest = load_manifest(find_manifest())
     labs = [manifest.lab(key) for key in ns.labs] if ns.labs else \

@@ -7,7 +7,7 @@ has Modal credentials (their own account), else :class:`GpuUnavailable` with the
     result = run_gpu_stage("lab06", lab, lab / "lab06.py")
 
 The result merges into the CPU stages' report (:meth:`GradeResult.merge`), which is what
-``grade LAB --stage all`` does (:mod:`msda_labs.grading.session`). Importing this module imports
+``grade LAB --stage all`` does (:mod:`msda_labs.flow`). Importing this module imports
 neither torch nor modal.
 """
 

@@ -7,7 +7,7 @@ kit). Grading files are everything that decides a score except the student's own
 * ``tests/`` and ``shared/`` (the grader, the ground truth, the chips of earlier labs),
 * ``noxfile.py``, ``requirements.txt``, ``classroom.yml`` and ``.github/workflows/*``.
 
-The grading flow (:mod:`msda_labs.grading.session`) calls :func:`check_folder`, and ``grade``
+The grading flow (:mod:`msda_labs.flow`) calls :func:`check_folder`, and ``grade``
 shows what differs (changed, missing, or added: a new file in a grading folder, a
 ``conftest.py`` at the root, or a root module that would shadow a package the grader imports).
 This is detection, not prevention: a student can edit the manifest too. The instructor's

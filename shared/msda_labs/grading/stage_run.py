@@ -5,7 +5,7 @@
 
     result = run_stage(resolve_lab("lab05"), Path("lab05.py"), stage="cpu")
 
-This is the low-level step under the grading flow (:mod:`msda_labs.grading.session`) and the GPU
+This is the low-level step under the grading flow (:mod:`msda_labs.flow`) and the GPU
 runner's body (:mod:`msda_labs.gpu.body`): it does not decide where a stage runs, and it never
 checks integrity. ``stage`` is a grading stage: ``cpu`` (every test that needs no GPU), ``gpu``
 (the tests marked ``@pytest.mark.stage("gpu")``) or ``all``. Without CUDA the GPU tests are

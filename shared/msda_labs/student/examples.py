@@ -1,17 +1,49 @@
 """Example inputs for running a lab module by hand (``python labNN.py``).
 
-These are ordinary seeded inputs, the same kind the graded tests build; they hold no answers, so a
-lab module may use them. The graded cases themselves live with the grader (``msda_labs.truth``).
+:func:`draw_inputs` is the one random draw of MSDA inputs in the kit: the grader's cases
+(``msda_labs.truth.cases``) draw through it too, with their own shapes and seeds. It holds no
+answers, so a lab module may use it; the graded cases themselves stay with the grader.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
-from msda_labs.truth.cases import MULTI_LEVEL, MSDAInputs, make_inputs
+__all__ = ["MSDAInputs", "draw_inputs", "example_inputs"]
 
 
-def example_inputs(dtype: torch.dtype = torch.float32, device="cpu") -> MSDAInputs:
-    """Seeded MSDA inputs with two levels: (value, spatial_shapes, level_start_index,
-    sampling_locations, attention_weights), cast to ``dtype`` and placed on ``device``."""
-    return make_inputs(MULTI_LEVEL, dtype, device)
+class MSDAInputs(NamedTuple):
+    value: torch.Tensor
+    spatial_shapes: torch.Tensor
+    level_start_index: torch.Tensor
+    sampling_locations: torch.Tensor
+    attention_weights: torch.Tensor
+
+
+def draw_inputs(gen: torch.Generator, *, B: int, Q: int, M: int, D: int, K: int,
+                shapes: tuple[tuple[int, int], ...], loc_lo: float = 0.0,
+                loc_hi: float = 1.0) -> MSDAInputs:
+    """Random fp32 CPU inputs from ``gen``: value ~ N(0,1), locations ~ U[loc_lo, loc_hi), and
+    weights softmaxed jointly over the L*K points of each (query, head)."""
+    L = len(shapes)
+    S = sum(h * w for h, w in shapes)
+    value = torch.randn(B, S, M, D, generator=gen)
+    loc = loc_lo + (loc_hi - loc_lo) * torch.rand(B, Q, M, L, K, 2, generator=gen)
+    attn = torch.rand(B, Q, M, L * K, generator=gen).softmax(-1).reshape(B, Q, M, L, K)
+    spatial_shapes = torch.tensor(shapes, dtype=torch.int64)
+    sizes = spatial_shapes[:, 0] * spatial_shapes[:, 1]
+    starts = torch.cat([sizes.new_zeros(1), sizes.cumsum(0)[:-1]])
+    return MSDAInputs(value, spatial_shapes, starts, loc, attn)
+
+
+def example_inputs(dtype: torch.dtype = torch.float32, device="cpu", seed: int = 0) -> MSDAInputs:
+    """Small seeded inputs with two levels (5x7 and 3x4; B=2, Q=5, M=2, D=4, K=3), cast to
+    ``dtype`` and placed on ``device``."""
+    gen = torch.Generator().manual_seed(seed)
+    value, shapes, starts, loc, attn = draw_inputs(gen, B=2, Q=5, M=2, D=4, K=3,
+                                                   shapes=((5, 7), (3, 4)))
+    return MSDAInputs(value.to(dtype=dtype, device=device), shapes.to(device),
+                      starts.to(device), loc.to(dtype=dtype, device=device),
+                      attn.to(dtype=dtype, device=device))

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from typing import NamedTuple
 
 import torch
+
+from msda_labs.student.examples import MSDAInputs, draw_inputs
 
 __all__ = [
     "Case",
@@ -67,14 +68,6 @@ def seeded_generator(seed: int) -> torch.Generator:
     return gen
 
 
-class MSDAInputs(NamedTuple):
-    value: torch.Tensor
-    spatial_shapes: torch.Tensor
-    level_start_index: torch.Tensor
-    sampling_locations: torch.Tensor
-    attention_weights: torch.Tensor
-
-
 @dataclass(frozen=True)
 class Case:
     """One MSDA problem size plus how its locations are drawn."""
@@ -118,11 +111,10 @@ def make_inputs(case: Case, dtype: torch.dtype = torch.float32, device="cpu") ->
     """Seeded inputs for ``case``: value ~ N(0,1), locations ~ U[lo, hi), weights softmaxed jointly
     over L*K. Drawn in fp32 on the CPU, then cast to ``dtype`` and moved to ``device``."""
     gen = seeded_generator(case.seed)
-    B, Q, M, D, L, K = case.B, case.Q, case.M, case.D, case.L, case.K
-    value = torch.randn(B, case.S, M, D, generator=gen)
-    loc = case.loc_lo + (case.loc_hi - case.loc_lo) * torch.rand(B, Q, M, L, K, 2, generator=gen)
-    logits = torch.rand(B, Q, M, L * K, generator=gen)
-    attn = logits.softmax(-1).reshape(B, Q, M, L, K)
+    value, spatial_shapes, starts, loc, attn = draw_inputs(
+        gen, B=case.B, Q=case.Q, M=case.M, D=case.D, K=case.K, shapes=case.shapes,
+        loc_lo=case.loc_lo, loc_hi=case.loc_hi)
+    B, Q, M, L, K = case.B, case.Q, case.M, case.L, case.K
     if case.knots:
         # x * W - 0.5 lands on an integer (a pixel centre) or a half-integer (a pixel edge); the
         # image borders 0 and 1 are among the choices. Levels use power-of-two sizes so that the
@@ -131,9 +123,6 @@ def make_inputs(case: Case, dtype: torch.dtype = torch.float32, device="cpu") ->
         steps = (2 * sizes).view(1, 1, 1, L, 1, 2)
         pick = torch.randint(0, 1 << 30, (B, Q, M, L, K, 2), generator=gen)
         loc = (pick % (steps.long() + 1)).float() / steps
-    spatial_shapes = torch.tensor(case.shapes, dtype=torch.int64)
-    sizes = spatial_shapes[:, 0] * spatial_shapes[:, 1]
-    starts = torch.cat([sizes.new_zeros(1), sizes.cumsum(0)[:-1]])
     return MSDAInputs(
         value.to(dtype=dtype, device=device),
         spatial_shapes.to(device),

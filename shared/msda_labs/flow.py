@@ -1,6 +1,6 @@
 """The grading flow: a request, its lab, each stage routed to where it runs, one merged result.
 
-    from msda_labs.grading.session import GradeRequest, grade
+    from msda_labs.flow import GradeRequest, grade
 
     result = grade(GradeRequest(lab="lab06", stage="all"))   # CPU stages here, GPU stage routed
 
