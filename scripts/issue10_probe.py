@@ -1,15 +1,19 @@
 """Issue 10, session D: where the decoder step's host time goes, and kernel variants (H200).
 
-    PYTHONPATH=shared:../.peer python scripts/issue10_probe.py OUT_DIR [--parts host,fwd,bwd]
+    PYTHONPATH=shared:../.peer python scripts/issue10_probe.py OUT_DIR [--parts host,small]
 
 * host: wall time per call of host-bound loops (many calls, one sync at the end) for the kit
   and the peer at the decoder preset, pieces of the kit's path alone, and a cProfile of the
   kit's training step.
-* fwd: forward kernel time (torch.profiler sum, 20 calls) over BLOCK_Q x warps x PAIR x
-  CG_LEVELS, at both presets.
-* bwd: backward kernel time (memset, kernel, copy reduction) over the private-copy settings.
+* small: forward kernel time (torch.profiler sum, 20 calls) over small (BLOCK_Q, warps) tiles
+  and backward kernel time with one or two warps, in both launch orders, at both presets.
 
-Results go to OUT_DIR/probe.json (and cprofile.txt); the same lines are printed.
+Results go to OUT_DIR/probe.json (and cprofile-*.txt); the same lines are printed.
+
+The first device call of session D also ran two parts that are gone: forward switches PAIR
+(the (x, y) pair as one load or two) and CG_LEVELS (the large levels' gathers bypassing L1),
+and private copies of the coarse levels' grad_value rows in the backward. None helped (raw
+numbers: docs/results/h200-bench/probe-D1.json), so the kernels no longer have them.
 """
 
 # ruff: noqa: B023 - every closure below is called at once, inside its own loop iteration
@@ -31,7 +35,7 @@ from msda_labs.gpu import opbench
 OUT = Path(sys.argv[1])
 OUT.mkdir(parents=True, exist_ok=True)
 PARTS = sys.argv[sys.argv.index("--parts") + 1].split(",") if "--parts" in sys.argv else [
-    "host", "fwd", "bwd"]
+    "host", "small"]
 RESULT: dict = {}
 
 
@@ -123,74 +127,6 @@ def host_part():
         save()
 
 
-def fwd_part():
-    from msda_labs.student import shipped
-
-    peer = opbench.load_peer("msda_triton:multi_scale_deformable_attention").fn
-    configs = [(bq, w, pair, cg) for bq, w in ((8, 2), (16, 2), (32, 4))
-               for pair in (True, False) for cg in (0, 1, 2)]
-    for dtype_name in ("fp32", "fp16"):
-        dtype = opbench._torch_dtype(dtype_name)
-        for preset in ("encoder", "decoder"):
-            value, shapes, starts, loc, attn = opbench.make_preset_inputs(preset, dtype, "cuda")
-            ref = shipped.msda_forward(value, shapes, starts, loc, attn,
-                                       config={"BLOCK_Q": 16, "num_warps": 2})
-            row = {}
-            with torch.no_grad():
-                peer(value, shapes, starts, loc, attn)
-                row["peer"] = opbench.kernel_time_us(
-                    lambda: peer(value, shapes, starts, loc, attn))
-            for bq, w, pair, cg in configs:
-                cfg = {"BLOCK_Q": bq, "num_warps": w, "PAIR": pair, "CG_LEVELS": cg}
-                out = shipped.msda_forward(value, shapes, starts, loc, attn, config=cfg)
-                err = float((out.float() - ref.float()).abs().max())
-                t = opbench.kernel_time_us(
-                    lambda cfg=cfg: shipped.msda_forward(value, shapes, starts, loc, attn,
-                                                         config=cfg))
-                row[f"q{bq}_w{w}_pair{int(pair)}_cg{cg}"] = t if err < 1e-3 else f"WRONG {err}"
-            row["peer_again"] = opbench.kernel_time_us(
-                lambda: peer(value, shapes, starts, loc, attn))
-            best = min((v, k) for k, v in row.items() if isinstance(v, float)
-                       and not k.startswith("peer"))
-            print(preset, dtype_name, "best", best, "peer", row["peer"], row["peer_again"],
-                  flush=True)
-            RESULT[f"fwd_{preset}_{dtype_name}"] = row
-            save()
-
-
-def bwd_part():
-    from msda_labs.student import shipped
-
-    peer = opbench.load_peer("msda_triton:multi_scale_deformable_attention").fn
-    for preset in ("encoder", "decoder"):
-        for dtype_name in ("fp32", "fp16", "bf16"):
-            dtype = opbench._torch_dtype(dtype_name)
-            value, shapes, starts, loc, attn = opbench.make_preset_inputs(preset, dtype, "cuda")
-            B, S = value.shape[:2]
-            Q = loc.shape[1]
-            go = torch.randn(B, Q, 256, device="cuda", dtype=dtype)
-            leaves = [t.detach().clone().requires_grad_(True) for t in (value, loc, attn)]
-            kept = peer(leaves[0], shapes, starts, leaves[1], leaves[2])
-            row = {"peer": opbench.kernel_time_us(
-                lambda: torch.autograd.grad(kept, leaves, go, retain_graph=True))}
-            base = shipped.msda_backward(value, shapes, starts, loc, attn, go, priv=(0, 0))
-            settings = [(0, 0), (4, S // 16), (8, S // 16), (16, S // 16), (8, S // 8),
-                        (4, S // 4)]
-            for copies, rows in settings:
-                grads = shipped.msda_backward(value, shapes, starts, loc, attn, go,
-                                              priv=(copies, rows))
-                err = max(float((g.float() - r.float()).norm() / r.float().norm())
-                          for g, r in zip(grads, base))
-                t = opbench.kernel_time_us(
-                    lambda c=copies, r=rows: shipped.msda_backward(
-                        value, shapes, starts, loc, attn, go, priv=(c, r)))
-                row[f"priv{copies}_rows{rows}"] = t if err < 2e-2 else f"WRONG {err}"
-                row[f"priv{copies}_rows{rows}_err"] = err
-            print(preset, dtype_name, json.dumps(row), flush=True)
-            RESULT[f"bwd_{preset}_{dtype_name}"] = row
-            save()
-
-
 def small_tiles_part():
     """Smaller forward tiles and one-warp backward launches (second probe)."""
     from msda_labs.student import shipped
@@ -233,8 +169,7 @@ if __name__ == "__main__":
     for part in PARTS:
         started = time.time()
         try:
-            {"host": host_part, "fwd": fwd_part, "bwd": bwd_part,
-             "small": small_tiles_part}[part]()
+            {"host": host_part, "small": small_tiles_part}[part]()
         except Exception as exc:  # noqa: BLE001 - keep the other parts
             import traceback
 
