@@ -65,9 +65,12 @@ def test_shipped_kernels_match_the_reference_in_every_launch_option():
 def test_exports_of_earlier_labs_leave_the_shipped_kernels_out():
     from msda_labs.classroom.export import _ignore
 
-    folder = str(ROOT / "shared" / "msda_labs")
-    names = ["shipped.py", "reference.py", "cases.py"]
+    folder = str(ROOT / "shared" / "msda_labs" / "student")  # where the kernels live
+    assert (Path(folder) / "shipped_kernels.py").is_file(), folder
+    names = ["shipped.py", "shipped_kernels.py", "runtime.py"]
+    kernels = {"shipped.py", "shipped_kernels.py"}
     for lab in (5, 8, 9):
-        assert "shipped.py" in _ignore(lab)(folder, names), f"lab {lab} export keeps shipped.py"
-    assert "shipped.py" not in _ignore(10)(folder, names), "the lab 10 export needs shipped.py"
-    assert "reference.py" not in _ignore(5)(folder, names)
+        kept = kernels - _ignore(lab)(folder, names)
+        assert not kept, f"lab {lab} export keeps {sorted(kept)}"
+    assert not kernels & _ignore(10)(folder, names), "the lab 10 export needs both modules"
+    assert "runtime.py" not in _ignore(5)(folder, names)

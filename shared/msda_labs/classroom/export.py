@@ -52,9 +52,10 @@ _SKIP_PATTERNS = ("*.pyc", "*.pyo", "*.egg-info", "grade.json", "grade-gpu.json"
 _CHIP = re.compile(r"^lab([0-9]{2})\.py$")
 # Kit modules that hold a later lab's answers outside the chips folder: {file name: the first lab
 # whose export may carry it}.
-# msda_labs/student/shipped.py holds the tuned forward and backward kernels
-# that lab 10 ships (the math of labs 05-08 in full).
-_LATER_MODULES = {"shipped.py": 10}
+# msda_labs/student/shipped.py and shipped_kernels.py hold the tuned forward and backward
+# kernels that lab 10 ships (the math of labs 05-08 in full).
+_LATER_MODULES = {"shipped.py": 10, "shipped_kernels.py": 10}
+_LATER_MODULE_FOLDERS = ("msda_labs", "student")  # where those modules live (and lived)
 
 
 class ExportError(KitError, RuntimeError):
@@ -70,7 +71,7 @@ def _ignore(lab_number: int | None = None):
         if lab_number is not None and Path(folder).name == "chips":
             skipped |= {n for n in names
                         if (m := _CHIP.match(n)) and int(m.group(1)) >= lab_number}
-        if lab_number is not None and Path(folder).name == "msda_labs":
+        if lab_number is not None and Path(folder).name in _LATER_MODULE_FOLDERS:
             skipped |= {n for n in names if lab_number < _LATER_MODULES.get(n, 0)}
         return skipped
 
@@ -91,7 +92,7 @@ def find_leaks(dest: Path, lab_number: int, chips_dir: Path) -> list[str]:
             leaks.append(f"{path.relative_to(dest)}: the chip of lab {match.group(1)}")
     for name, first in _LATER_MODULES.items():
         for path in sorted((dest / "shared").rglob(name)):
-            if path.parent.name == "msda_labs" and lab_number < first:
+            if path.parent.name in _LATER_MODULE_FOLDERS and lab_number < first:
                 leaks.append(f"{path.relative_to(dest)}: kernels of lab {first:02d}")
     blocks = []
     for chip in sorted(Path(chips_dir).glob("lab[0-9][0-9].py")):

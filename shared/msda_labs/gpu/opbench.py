@@ -32,13 +32,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import math
 import platform
 import statistics
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from msda_labs.gpu.opbench_report import PROFILED_CALLS, STEP_ROUNDS, write_outputs
 
 LEVELS = ((100, 167), (50, 84), (25, 42), (13, 21))
 PRESETS = {
@@ -47,7 +48,6 @@ PRESETS = {
 }
 M, D, K = 8, 32, 4
 DTYPE_NAMES = ("fp32", "fp16", "bf16")
-PROFILED_CALLS = 20
 NO_GPU_STATUS = 2
 
 
@@ -232,8 +232,6 @@ def measure_case(ops: list[Operator], preset: str, dtype_name: str, reference_fp
     return row
 
 
-STEP_ROUNDS = 5
-
 
 def _keep_busy(ms: float = 300.0) -> None:
     """Matrix products for about ``ms`` milliseconds, so that the clocks are up."""
@@ -258,111 +256,7 @@ def _reference_fp32(value, host_shapes, loc, attn, grad_out):
     return out.detach(), [g.detach() for g in grads]
 
 
-def build_table(result: dict) -> str:
-    """Markdown: one row per (preset, dtype); kit, reference and peers; ratios."""
-    names = result["operators"]
-    peers = [n for n in names if n not in ("kit", "reference")]
-    head = ["case", "dtype"]
-    for what in ("fwd", "bwd", "step"):
-        head += [f"{what} {n}" for n in names]
-    head += ["fwd ref/kit", "bwd ref/kit", "step ref/kit"]
-    for p in peers:
-        head += [f"fwd {p}/kit", f"bwd {p}/kit", f"step {p}/kit"]
-    head += ["fwd kit x floor", "bwd kit x floor"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-
-    def cell(entry, key):
-        if "error" in entry:
-            return "error"
-        mark = "" if entry.get("correct", False) else " (WRONG)"
-        return f"{entry[key]:.1f}{mark}"
-
-    def ratio(a, b, key):
-        if "error" in a or "error" in b or not b.get(key):
-            return "-"
-        return f"{a[key] / b[key]:.2f}x"
-
-    for row in result["rows"]:
-        ops = row["ops"]
-        cells = [row["preset"], row["dtype"]]
-        for key in ("fwd_us", "bwd_us", "step_us"):
-            cells += [cell(ops[n], key) for n in names]
-        kit = ops["kit"]
-        for key in ("fwd_us", "bwd_us", "step_us"):
-            cells.append(ratio(ops["reference"], kit, key))
-        for p in peers:
-            for key in ("fwd_us", "bwd_us", "step_us"):
-                cells.append(ratio(ops[p], kit, key))
-        for key, floor in (("fwd_us", row["floor_fwd_us"]), ("bwd_us", row["floor_bwd_us"])):
-            cells.append("-" if "error" in kit else f"{kit[key] / floor:.1f}")
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def write_chart(result: dict, path: Path) -> str | None:
-    """A grouped bar chart (log scale) of fwd, bwd and step per case; None without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not installed: no chart written"
-    names = result["operators"]
-    rows = result["rows"]
-    fig, axes = plt.subplots(1, 3, figsize=(18, 5.5))
-    width = 0.8 / max(1, len(names))
-    for ax, (key, title) in zip(axes, (("fwd_us", "forward kernels"),
-                                       ("bwd_us", "backward kernels"),
-                                       ("step_us", "training step (wall)"))):
-        labels = [f"{r['preset']}\n{r['dtype']}" for r in rows]
-        for i, name in enumerate(names):
-            vals = [r["ops"][name].get(key, math.nan) for r in rows]
-            ax.bar([x + i * width for x in range(len(rows))], vals, width, label=name)
-        ax.set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(rows))])
-        ax.set_xticklabels(labels, fontsize=8)
-        ax.set_yscale("log")
-        ax.set_ylabel("µs per call (log)")
-        ax.set_title(title)
-        ax.grid(axis="y", alpha=0.3)
-    axes[0].legend()
-    fig.suptitle(f"MSDA on {result['device']}: kit vs reference and peers (one run)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return None
-
-
-def _write_outputs(result: dict, out_dir: Path) -> str:
-    """bench.json, bench.md and (with matplotlib) bench.png in out_dir; returns the table."""
-    table = build_table(result)
-    (out_dir / "bench.json").write_text(json.dumps(result, indent=2))
-    chart_note = write_chart(result, out_dir / "bench.png")
-    md = [f"# MSDA operator benchmark on {result['device']}", "",
-          f"torch {result['torch']}, triton {result['triton']}; copy bandwidth "
-          f"{result['copy_bandwidth_gbs'] / 1e3:.2f} TB/s; all numbers from one run.", "",
-          "Times in µs per call. fwd/bwd: summed CUDA kernel time under torch.profiler over "
-          f"{PROFILED_CALLS} calls after warm-up (no L2 flush). step: do_bench median of forward "
-          "+ torch.autograd.grad over value, locations, weights. `a/kit` is a's time over the "
-          "kit's (above 1: the kit is faster). `x floor`: kit time over the compulsory DRAM "
-          "traffic (value at most once, locations, weights and output once; backward: plus the "
-          "three gradients written once) at the copy bandwidth measured in the same run. "
-          "(WRONG) marks an operator whose output or gradients missed the fp32 reference "
-          "(relative L2 error over 1e-4 fp32, 1e-2 fp16, 5e-2 bf16; the reference itself, run "
-          "in the row's dtype, is not judged)." + (
-              f" Steps alternate between the operators over {STEP_ROUNDS} rounds after the GPU "
-              f"is kept busy; the median round counts." if any(
-                  "step_samples_us" in e for r in result["rows"] for e in r["ops"].values())
-              else " Steps: one do_bench per operator, in turn."), "", table, ""]
-    if chart_note:
-        md.append(f"_{chart_note}_")
-    (out_dir / "bench.md").write_text("\n".join(md) + "\n")
-    print(f"wrote {out_dir / 'bench.md'}, {out_dir / 'bench.json'}"
-          + ("" if chart_note else f", {out_dir / 'bench.png'}"))
-    return table
-
-
-def run(argv=None) -> int:
+def _parse_args(argv):
     parser = argparse.ArgumentParser(prog="python -m msda_labs.gpu.opbench",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="bench-results", help="folder for md, json and png")
@@ -375,33 +269,27 @@ def run(argv=None) -> int:
                              "correctness yardstick)")
     parser.add_argument("--render", metavar="JSON",
                         help="only rewrite bench.md and bench.png from a bench.json (no GPU)")
-    args = parser.parse_args(argv)
-    if args.render:
-        result = json.loads(Path(args.render).read_text())
-        for row in result["rows"]:
-            itemsize = 4 if row["dtype"] == "fp32" else 2
-            bandwidth = result["copy_bandwidth_gbs"]
-            row["floor_fwd_us"] = compulsory_bytes(row["preset"], itemsize, False) / bandwidth / 1e3
-            row["floor_bwd_us"] = compulsory_bytes(row["preset"], itemsize, True) / bandwidth / 1e3
-            if "reference" in row["ops"]:
-                row["ops"]["reference"]["correct"] = True
-        out_dir = Path(args.out)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        _write_outputs(result, out_dir)
-        return 0
+    return parser.parse_args(argv)
 
-    import torch
 
-    if not torch.cuda.is_available():
-        print(f"no GPU: nothing measured. torch {torch.__version__} sees no CUDA device here; "
-              f"`nox -s bench` times CUDA kernels and needs an NVIDIA GPU. No table, JSON or "
-              f"chart was written.", file=sys.stderr)
-        return NO_GPU_STATUS
-    import triton
+def _add_floors(row: dict, bandwidth_gbs: float) -> None:
+    itemsize = 4 if row["dtype"] == "fp32" else 2
+    for key, backward in (("floor_fwd_us", False), ("floor_bwd_us", True)):
+        row[key] = compulsory_bytes(row["preset"], itemsize, backward) / bandwidth_gbs / 1e3
 
-    from msda_labs.student import runtime
 
-    runtime.configure("gpu")
+def _render(json_path: str, out_dir: Path) -> int:
+    result = json.loads(Path(json_path).read_text())
+    for row in result["rows"]:
+        _add_floors(row, result["copy_bandwidth_gbs"])
+        if "reference" in row["ops"]:
+            row["ops"]["reference"]["correct"] = True
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_outputs(result, out_dir)
+    return 0
+
+
+def _operators(args) -> list[Operator]:
     from msda_labs.chips.lab10 import msda
     from msda_labs.truth.reference import msda_reference
 
@@ -412,26 +300,23 @@ def run(argv=None) -> int:
     ops = [Operator("kit", msda)]
     if not args.no_reference:
         ops.append(Operator("reference", reference, host_shapes=True))
-    ops += [load_peer(spec) for spec in args.peer]
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    started = time.time()
-    bandwidth = copy_bandwidth_gbs()
-    rows = []
-    for preset in args.presets:
-        for dtype_name in args.dtypes:
-            row = measure_case(ops, preset, dtype_name, _reference_fp32)
-            itemsize = 4 if dtype_name == "fp32" else 2
-            row["floor_fwd_us"] = compulsory_bytes(preset, itemsize, False) / bandwidth / 1e3
-            row["floor_bwd_us"] = compulsory_bytes(preset, itemsize, True) / bandwidth / 1e3
-            rows.append(row)
-            kit = row["ops"]["kit"]
-            print(f"{preset} {dtype_name}: " + "; ".join(
-                f"{n} " + (e.get("error") or f"fwd {e['fwd_us']:.1f} bwd {e['bwd_us']:.1f} "
-                                             f"step {e['step_us']:.0f}")
-                for n, e in row["ops"].items()) + ("" if kit.get("correct") else " KIT WRONG"),
-                flush=True)
-    result = {
+    return ops + [load_peer(spec) for spec in args.peer]
+
+
+def _summary(preset: str, dtype_name: str, row: dict) -> str:
+    parts = []
+    for name, e in row["ops"].items():
+        parts.append(f"{name} " + (e.get("error") or f"fwd {e['fwd_us']:.1f} "
+                                   f"bwd {e['bwd_us']:.1f} step {e['step_us']:.0f}"))
+    wrong = "" if row["ops"]["kit"].get("correct") else " KIT WRONG"
+    return f"{preset} {dtype_name}: " + "; ".join(parts) + wrong
+
+
+def _result(ops, args, bandwidth: float, rows: list, started: float) -> dict:
+    import torch
+    import triton
+
+    return {
         "device": torch.cuda.get_device_name(),
         "capability": list(torch.cuda.get_device_capability()),
         "torch": torch.__version__, "triton": triton.__version__,
@@ -452,7 +337,39 @@ def run(argv=None) -> int:
         "rows": rows,
         "seconds": time.time() - started,
     }
-    table = _write_outputs(result, out_dir)
+
+
+def run(argv=None) -> int:
+    args = _parse_args(argv)
+    out_dir = Path(args.out)
+    if args.render:
+        return _render(args.render, out_dir)
+    import torch
+
+    if not torch.cuda.is_available():
+        print(f"no GPU: nothing measured. torch {torch.__version__} sees no CUDA device here; "
+              f"`nox -s bench` times CUDA kernels and needs an NVIDIA GPU. No table, JSON or "
+              f"chart was written.", file=sys.stderr)
+        return NO_GPU_STATUS
+    from msda_labs.student import runtime
+
+    runtime.configure("gpu")
+    ops = _operators(args)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    bandwidth = copy_bandwidth_gbs()
+    rows = []
+    for preset in args.presets:
+        for dtype_name in args.dtypes:
+            row = measure_case(ops, preset, dtype_name, _reference_fp32)
+            _add_floors(row, bandwidth)
+            rows.append(row)
+            print(_summary(preset, dtype_name, row), flush=True)
+            # Rows so far, so that a run cut short still leaves its measurements behind.
+            (out_dir / "bench.partial.json").write_text(
+                json.dumps(_result(ops, args, bandwidth, rows, started), indent=2))
+    table = write_outputs(_result(ops, args, bandwidth, rows, started), out_dir)
+    (out_dir / "bench.partial.json").unlink(missing_ok=True)
     print()
     print(table)
     wrong = [f"{r['preset']}/{r['dtype']}" for r in rows if not r["ops"]["kit"].get("correct")]
