@@ -1,16 +1,19 @@
 """Judge-side rules of lab 06 that the test file (test_lab06_fast.py) states in one line each:
-what a stray or missing write means, the autotuner's search space, and the GPU verdicts (the
-race of the tilings, the wide launch and the tuned one against the chip), with their reports.
+the cases' references and the comparison of an output, what a stray or missing write means, the
+autotuner's search space, and the GPU verdicts (the race of the tilings, the wide launch and the
+tuned one against the chip), with their reports.
 
 Nothing here runs student code: it reads what the probes (probes_lab06.py) sent back.
 """
 
 import json
 import os
+from functools import lru_cache
 from pathlib import Path
 
 import torch
 
+from msda_labs.grading import expect_close
 from msda_labs.grading.bandwidth import (
     bandwidth_table,
     effective_bandwidth_gbs,
@@ -18,6 +21,9 @@ from msda_labs.grading.bandwidth import (
     plot_bandwidth,
 )
 from msda_labs.grading.timing import add_note
+from msda_labs.mistakes import msda_variants
+from msda_labs.truth.cases import make_inputs
+from msda_labs.truth.reference import msda_reference
 
 RACE_MIN_RATIO = 1.5  # narrow time / wide time; the paper saw about 7x, lab 03 predicts ~16x
 TUNED_MAX_RATIO = 1.5  # autotuned time / your fixed-config time
@@ -25,6 +31,46 @@ CHIP_MAX_RATIO = 3.0  # your time / the chip's, device time and end-to-end alike
 WANTED_BLOCK_Q = {16, 32, 64}
 WANTED_WARPS = {2, 4}
 MAX_CONFIGS = 12
+
+
+# -- cases, references and the comparison of an output --------------------------------------------
+@lru_cache(maxsize=8)
+def case_inputs(case, dtype):
+    return make_inputs(case, dtype)
+
+
+@lru_cache(maxsize=8)
+def reference(case, dtype):
+    """fp64 reference from the inputs rounded to ``dtype`` (what the kernel actually read)."""
+    value, shapes, _starts, loc, attn = case_inputs(case, dtype)
+    if case.B * case.S * case.M * case.D > 1_000_000:  # the GPU sizes: fp32 is plenty there
+        return msda_reference(value.float(), shapes, loc.float(), attn.float())
+    return msda_reference(value.double(), shapes, loc.double(), attn.double())
+
+
+def _variants(case, dtype, chunk_d):
+    """Known mistakes' outputs for ``case`` (only computed once a result is already wrong)."""
+    variants = dict(msda_variants(case_inputs(case, dtype)))
+    if chunk_d is not None and chunk_d < case.D:
+        variants = {"first_chunk": (
+            first_chunk_only(reference(case, dtype), case, chunk_d),
+            "offs_d without the pid_d * CHUNK_D shift: every program wrote the first channel "
+            "chunk, so the other channels were never written"), **variants}
+    return variants
+
+
+def expect_forward(res, case, dtype, what, chunk_d=None):
+    """``res`` against the reference of ``case``; a known mistake, or where the output was never
+    written, is named."""
+    ref = reference(case, dtype)
+    try:
+        expect_close(res, ref, what=what, case=case.describe(), dtype=dtype, expect_dtype=dtype,
+                     variants=lambda: _variants(case, dtype, chunk_d))
+    except AssertionError as err:
+        where = never_written(res, ref, case)
+        if where and "first channel chunk" not in str(err):
+            raise AssertionError(f"{err}; {where}") from None
+        raise
 
 
 # -- what the output buffers say ------------------------------------------------------------------

@@ -25,8 +25,7 @@ from msda_labs.grading.peaked import (
     peaked_inputs,
 )
 from msda_labs.grading.probes import CRASH_HINT, run_guarded, shared_run
-from msda_labs.mistakes import msda_variants
-from msda_labs.truth.cases import DECODER, STANDARD_CASES, Case, make_inputs
+from msda_labs.truth.cases import DECODER, STANDARD_CASES, Case
 from msda_labs.truth.reference import msda_reference
 
 LAB = "lab06"
@@ -45,47 +44,10 @@ TUNE_CASE = Case("tune", B=1, Q=9, M=2, D=6, shapes=((4, 5), (2, 3)), K=2, seed=
 RACE_CHUNKS = (2, 4, 8, 16, 32)  # GPU stage
 
 
-@lru_cache(maxsize=8)
-def _case_inputs(case, dtype):
-    return make_inputs(case, dtype)
-
-
-@lru_cache(maxsize=8)
-def _reference(case, dtype):
-    """fp64 reference from the inputs rounded to ``dtype`` (what the kernel actually read)."""
-    value, shapes, _starts, loc, attn = _case_inputs(case, dtype)
-    if case.B * case.S * case.M * case.D > 1_000_000:  # the GPU sizes: fp32 is plenty there
-        return msda_reference(value.float(), shapes, loc.float(), attn.float())
-    return msda_reference(value.double(), shapes, loc.double(), attn.double())
-
-
-def _variants(case, dtype, chunk_d):
-    """Known mistakes' outputs for ``case`` (only computed once a result is already wrong)."""
-    variants = dict(msda_variants(_case_inputs(case, dtype)))
-    if chunk_d is not None and chunk_d < case.D:
-        variants = {"first_chunk": (
-            judge.first_chunk_only(_reference(case, dtype), case, chunk_d),
-            "offs_d without the pid_d * CHUNK_D shift: every program wrote the first channel "
-            "chunk, so the other channels were never written"), **variants}
-    return variants
-
-
-def _expect_forward(res, case, dtype, what, chunk_d=None):
-    ref = _reference(case, dtype)
-    try:
-        expect_close(res, ref, what=what, case=case.describe(), dtype=dtype, expect_dtype=dtype,
-                     variants=lambda: _variants(case, dtype, chunk_d))
-    except AssertionError as err:
-        where = judge.never_written(res, ref, case)
-        if where and "first channel chunk" not in str(err):
-            raise AssertionError(f"{err}; {where}") from None
-        raise
-
-
 def _run_chunked(submission, case, dtype, block_q, chunk_d, what):
-    res = submission.run(probes.launch_chunked, _case_inputs(case, dtype), block_q, chunk_d)
+    res = submission.run(probes.launch_chunked, judge.case_inputs(case, dtype), block_q, chunk_d)
     judge.check_guards(res, f"{what} on {case.describe()}")
-    _expect_forward(res["out"], case, dtype, what, chunk_d)
+    judge.expect_forward(res["out"], case, dtype, what, chunk_d)
 
 
 # -- Task 6.1: the chunked kernel, in the interpreter ---------------------------------------------
@@ -118,13 +80,13 @@ def test_program_owns_one_tile(submission):
     # channels 0..1 of every (b, m). Everything else must still hold the NaN it started with.
     case, block_q, chunk_d = CHUNK_CASE, 4, 2
     grid = (1, case.B * case.M, 1)
-    res = submission.run(probes.launch_chunked, _case_inputs(case, torch.float32), block_q,
+    res = submission.run(probes.launch_chunked, judge.case_inputs(case, torch.float32), block_q,
                          chunk_d, grid)
     what = (f"msda_forward_chunked_kernel launched on the grid {grid} only (BLOCK_Q={block_q}, "
             f"CHUNK_D={chunk_d})")
     judge.check_guards(res, f"{what} on {case.describe()}")
     out = judge.check_tile(res["out"], case, block_q, chunk_d, what)
-    ref = _reference(case, torch.float32).view(out.shape)
+    ref = judge.reference(case, torch.float32).view(out.shape)
     expect_close(out[:, :block_q, :, :chunk_d].contiguous(),
                  ref[:, :block_q, :, :chunk_d].contiguous(), dtype=torch.float32,
                  what=f"{what}, inside the tile", case=case.describe())
@@ -133,7 +95,7 @@ def test_program_owns_one_tile(submission):
 def _fp16_results(submission):
     """Both half-precision launches in one child process (the interpreter's per-process setup
     is paid once); a crash or an exception is served to both tests alike."""
-    runs = [(_case_inputs(CHUNK_CASE, torch.float16), 4, 4), (peaked_inputs(), 4, 4)]
+    runs = [(judge.case_inputs(CHUNK_CASE, torch.float16), 4, 4), (peaked_inputs(), 4, 4)]
     value = shared_run(submission, "fp16", probes.launch_each, runs, hint="")
     if not isinstance(value, list) or len(value) != 2:
         raise AssertionError("the half-precision probe returned no results")
@@ -147,7 +109,7 @@ def test_chunked_half_precision(submission):
     res = _fp16_results(submission)[0]
     what = "msda_forward_chunked_kernel in float16 (BLOCK_Q=4, CHUNK_D=4)"
     judge.check_guards(res, f"{what} on {CHUNK_CASE.describe()}")
-    _expect_forward(res["out"], CHUNK_CASE, torch.float16, what, 4)
+    judge.expect_forward(res["out"], CHUNK_CASE, torch.float16, what, 4)
 
 
 @pytest.mark.task("6.1", points=1)
@@ -173,8 +135,8 @@ def test_chunked_accumulates_in_fp32(submission):
 @pytest.mark.task("6.1", points=1)
 def test_wrapper_defaults(submission):
     case = STANDARD_CASES[0]
-    res = submission.run(probes.wrapper_defaults, _case_inputs(case, torch.float32))
-    _expect_forward(res, case, torch.float32,
+    res = submission.run(probes.wrapper_defaults, judge.case_inputs(case, torch.float32))
+    judge.expect_forward(res, case, torch.float32,
                     "msda_forward_chunked with its defaults (BLOCK_Q=32, CHUNK_D=None)")
 
 
@@ -223,9 +185,9 @@ def test_autotune_config_space(submission):
 @pytest.mark.parametrize("block_q", [4, 16], ids=lambda b: f"BLOCK_Q={b}")
 def test_autotuned_launch(submission, block_q):
     case = TUNE_CASE
-    ref = _reference(case, torch.float32)
+    ref = judge.reference(case, torch.float32)
     assert bool((ref != 0).all()), "grader self-check: this case must have no zero outputs"
-    res = submission.run(probes.autotuned_run, _case_inputs(case, torch.float32), block_q)
+    res = submission.run(probes.autotuned_run, judge.case_inputs(case, torch.float32), block_q)
     what = (f"msda_forward_autotuned with a one-config kernel (BLOCK_Q={block_q}, "
             f"num_warps=1)")
     try:
@@ -241,7 +203,7 @@ def test_autotuned_launch(submission, block_q):
 # -- GPU stage: correct at the decoder size first, then fast --------------------------------------
 def _check_outputs(outputs, case, dtype, what):
     for chunk, out in outputs.items():
-        _expect_forward(out, case, dtype, f"{what} (CHUNK_D={chunk})")
+        judge.expect_forward(out, case, dtype, f"{what} (CHUNK_D={chunk})")
 
 
 @pytest.mark.stage("gpu")
@@ -267,11 +229,11 @@ def test_gpu_race_wide_beats_narrow(submission):
 @pytest.mark.task("6.1", points=2)
 def test_gpu_speed_against_chip(submission):
     res = submission.run(probes.gpu_speed, DECODER)
-    _expect_forward(res["out"], DECODER, torch.float16,
+    judge.expect_forward(res["out"], DECODER, torch.float16,
                     "msda_forward_chunked with its defaults (the wide tiling) on the GPU")
     if res["chip_out"] is None:
         raise AssertionError(f"speed of msda_forward_chunked: no baseline: {res['baseline']}")
-    _expect_forward(res["chip_out"], DECODER, torch.float16, "grader self-check: the chip")
+    judge.expect_forward(res["chip_out"], DECODER, torch.float16, "grader self-check: the chip")
     judge.wide_speed_verdict(submission, res)
 
 
@@ -279,6 +241,6 @@ def test_gpu_speed_against_chip(submission):
 @pytest.mark.task("6.2", points=2)
 def test_gpu_autotuned_vs_fixed_and_chip(submission):
     res = submission.run(probes.gpu_autotune, DECODER)
-    _expect_forward(res["out"], DECODER, torch.float16,
+    judge.expect_forward(res["out"], DECODER, torch.float16,
                     "msda_forward_autotuned (default configs) on the GPU")
     judge.autotune_speed_verdict(submission, res)
