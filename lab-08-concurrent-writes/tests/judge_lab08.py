@@ -153,8 +153,13 @@ def _check_grad_value_buffer(buf, shape, guard, ref, *, what, where, variants):
                 f"whose mask lets an out-of-bounds corner through; use the corner's mask")
 
 
-def check_gradient_buffer(buf, ref, output, inputs, block_q, *, where, variants):
-    """One of the backward kernel's three guarded buffers against its reference."""
+def check_gradient_buffer(buffers, output, inputs, grad_out, block_q, *, where, variants):
+    """One of the backward kernel's three guarded buffers against fp32 autograd of the
+    reference."""
+    which = NAMES.index(output)
+    buf = buffers[which]
+    ref = reference_grads(inputs.value, inputs.spatial_shapes, inputs.sampling_locations,
+                          inputs.attention_weights, grad_out)[which]
     value, loc = inputs.value, inputs.sampling_locations
     B, S, M, D = value.shape
     what = f"msda_backward_kernel ({output})"
