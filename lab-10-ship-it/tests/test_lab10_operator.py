@@ -17,8 +17,8 @@ import os
 import pytest
 import torch
 
-from msda_labs.gpu.speed import REFERENCE_LIMIT, check_reference_speed
 from msda_labs.grading import describe_value, expect_close
+from msda_labs.grading.timing import REFERENCE_LIMIT, check_reference_speed
 from msda_labs.student import runtime
 from msda_labs.truth.cases import (
     DECODER,
@@ -860,7 +860,7 @@ def _speed_probe(module, case, dtype_name):
     """Probe (GPU): msda forward + backward, the reference's, and (where the kit has it) the lab
     10 chip's, on the same device inputs, timed side by side; the output and the gradients of
     your first step come back as (out, grad_value, grad_loc, grad_attn)."""
-    from msda_labs.gpu.speed import chip_function, race_all
+    from msda_labs.grading.timing import chip_function, race_all
 
     value, shapes, starts, loc, attn = _device_inputs(case, dtype_name, requires_grad=True)
     leaves = (value, loc, attn)
