@@ -274,12 +274,12 @@ def msda(value, spatial_shapes, level_start_index, sampling_locations, attention
 
 
 if __name__ == "__main__":
-    from msda_labs.truth.cases import MULTI_LEVEL, make_inputs
+    from msda_labs.student.examples import example_inputs
 
     spec, spec_source = load(1, "msda_naive_student")  # the loops of lab 01: slow, plainly right
     print(f"forward: {FORWARD_SOURCE}; backward: {BACKWARD_SOURCE}; switch: {SWITCH_SOURCE}")
     dev = runtime.device()
-    value, shapes, starts, loc, attn = make_inputs(MULTI_LEVEL, torch.float32, dev)
+    value, shapes, starts, loc, attn = example_inputs(torch.float32, dev)
     value.requires_grad_(True)
     out = msda(value, shapes, starts, loc, attn)
     out.sum().backward()
