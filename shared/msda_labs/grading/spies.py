@@ -6,6 +6,7 @@ said, which arguments one of the student's functions handed to another, how many
 function makes. These helpers turn such facts into data:
 
 * :func:`outcome` runs a call and reports the exception it raised (or that it raised none);
+* :func:`backward_outcome` runs autograd's backward and reports the gradients or its error;
 * :func:`fresh_copy` executes the submission's file again, as a private module;
 * :func:`spied` is such a copy with recording wrappers around some of its globals;
 * :class:`CountTorchCalls` counts the torch functions called inside a ``with`` block.
@@ -23,7 +24,7 @@ from typing import Any
 
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["outcome", "fresh_copy", "spied", "CountTorchCalls"]
+__all__ = ["outcome", "backward_outcome", "fresh_copy", "spied", "CountTorchCalls"]
 
 
 def outcome(fn: Callable, *args, **kwargs) -> tuple[str, str]:
@@ -40,6 +41,24 @@ def outcome(fn: Callable, *args, **kwargs) -> tuple[str, str]:
     except Exception as exc:  # noqa: BLE001 - the judge decides what the exception means
         return type(exc).__name__, str(exc)
     return "none", ""
+
+
+def backward_outcome(out, grad, leaves) -> dict:
+    """``out.backward(grad)``, then the gradients of ``leaves``, or autograd's error as data.
+
+    Returns:
+        ``{"grads": [leaf.grad, ...]}``, or ``{"backward_error": first line of the
+        RuntimeError}`` (a backward that returns the wrong number of gradients, or gradients of
+        the wrong shape, fails that way); anything else, NotImplementedError included,
+        propagates.
+    """
+    try:
+        out.backward(grad)
+    except NotImplementedError:
+        raise
+    except RuntimeError as exc:
+        return {"backward_error": str(exc).strip().splitlines()[0][:400]}
+    return {"grads": [t.grad for t in leaves]}
 
 
 def fresh_copy(module: ModuleType, suffix: str = "_again") -> ModuleType:
