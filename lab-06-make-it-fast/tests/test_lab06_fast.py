@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from msda_labs.gpu.bench import bandwidth_table, effective_bandwidth_gbs, forward_bytes
 from msda_labs.grading import expect_close
+from msda_labs.grading.bandwidth import bandwidth_table, effective_bandwidth_gbs, forward_bytes
 from msda_labs.grading.bigcase import INT64_HINT, BigCase
 from msda_labs.grading.guards import cdiv, guarded, run_probe
 from msda_labs.grading.peaked import (
@@ -165,13 +165,14 @@ def _gpu_outputs(module, case, dtype, chunks, inputs=None):
 
 def _gpu_race(module, case, chunks):
     """Probe (GPU): outputs, then device times of every CHUNK_D side by side in one run."""
-    from msda_labs.gpu import bench
+    from msda_labs.grading import timing as bench
 
     inputs = make_inputs(case, torch.float16, device="cuda")
     outs = _gpu_outputs(module, case, torch.float16, chunks, inputs)
     fns = {str(c): (lambda c=c: module.msda_forward_chunked(*inputs, CHUNK_D=c)) for c in chunks}
     timings = bench.side_by_side(fns)
-    return {"outputs": outs, "timings": {k: t.as_dict() for k, t in timings.items()},
+    times = {k: {"us": t.us, "method": t.method} for k, t in timings.items()}
+    return {"outputs": outs, "timings": times,
             "device": torch.cuda.get_device_name()}
 
 
@@ -180,7 +181,7 @@ def _chip_baseline(candidates):
     pairs) whose chip this copy of the kit carries (an exported lab carries earlier labs' chips
     only). Loaded as a private copy from the chip's file, so a replaced module in sys.modules
     changes nothing."""
-    from msda_labs.gpu.speed import chip_function
+    from msda_labs.grading.timing import chip_function
 
     for lab_id, name in candidates:
         fn = chip_function(lab_id, name)
@@ -196,7 +197,7 @@ TUNED_BASELINES = (("lab06", "msda_forward_autotuned"), ("lab05", "msda_forward"
 def _gpu_speed(module, case):
     """Probe (GPU): your wide launch (the wrapper's defaults) beside the chip's: outputs, device
     time and end-to-end time per call."""
-    from msda_labs.gpu import bench
+    from msda_labs.grading import timing as bench
 
     inputs = make_inputs(case, torch.float16, device="cuda")
     chip, source = _chip_baseline(WIDE_BASELINES)
@@ -212,14 +213,14 @@ def _gpu_speed(module, case):
     torch.cuda.synchronize()
     timings = bench.side_by_side(fns)
     return {"out": out, "chip_out": chip_out, "baseline": source,
-            "timings": {k: t.as_dict() for k, t in timings.items()},
+            "timings": {k: {"us": t.us, "method": t.method} for k, t in timings.items()},
             "e2e": bench.end_to_end(fns), "device": torch.cuda.get_device_name()}
 
 
 def _gpu_autotune(module, case):
     """Probe (GPU): the default-config autotuned launcher (tunes on its first call), timed beside
     your fixed-config wrapper and the chip's kernel."""
-    from msda_labs.gpu import bench
+    from msda_labs.grading import timing as bench
 
     inputs = make_inputs(case, torch.float16, device="cuda")
     kernel = module.make_autotuned_forward()
@@ -234,7 +235,8 @@ def _gpu_autotune(module, case):
     timings = bench.side_by_side(fns)
     e2e = bench.end_to_end(fns)
     best = getattr(kernel, "best_config", None)
-    return {"out": out, "timings": {k: t.as_dict() for k, t in timings.items()}, "e2e": e2e,
+    times = {k: {"us": t.us, "method": t.method} for k, t in timings.items()}
+    return {"out": out, "timings": times, "e2e": e2e,
             "best_config": _describe_config(best) if best is not None else None,
             "n_configs": len(getattr(kernel, "configs", [])), "baseline": source,
             "device": torch.cuda.get_device_name()}
@@ -612,7 +614,7 @@ def _artifacts_dir() -> Path:
 
 def _report(submission, text: str) -> None:
     """Show a measurement in the grade report (a note, passed or failed) and the test output."""
-    from msda_labs.gpu.speed import add_note
+    from msda_labs.grading.timing import add_note
 
     print(text)
     add_note(submission, text)

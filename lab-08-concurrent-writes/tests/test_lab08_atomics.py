@@ -16,7 +16,6 @@ from functools import lru_cache
 import pytest
 import torch
 
-from msda_labs.gpu.speed import REFERENCE_LIMIT, add_note, check_reference_speed
 from msda_labs.grading import expect_close, expect_tensor
 from msda_labs.grading.bigcase import INT64_HINT, BigCase
 from msda_labs.grading.guards import (
@@ -29,6 +28,7 @@ from msda_labs.grading.guards import (
     sentinel_buffer,
 )
 from msda_labs.grading.plugin import SubmissionError, SubmissionProblem
+from msda_labs.grading.timing import REFERENCE_LIMIT, add_note, check_reference_speed
 from msda_labs.mistakes.gradients import grad_variants, lost_update_grad_value
 from msda_labs.student import runtime
 from msda_labs.truth.cases import (
@@ -764,7 +764,7 @@ def _speed_probe(module, case, dtype_name):
     """Probe (GPU): msda_backward, the reference's forward + backward and forward alone, and
     (where the kit has it) the lab 08 chip, on the same device inputs, timed side by side; the
     gradients of your first call come back."""
-    from msda_labs.gpu.speed import chip_function, race_all
+    from msda_labs.grading.timing import chip_function, race_all
 
     dtype = getattr(torch, dtype_name)
     dev = runtime.device()

@@ -269,7 +269,7 @@ def speed_probe(module, case, dtype_name):
     """One training step (msda forward, then the three gradients through autograd) of yours, of
     the reference and, where the kit has it, of the lab 10 chip, on the same device inputs,
     timed side by side; your first step's (out, grad_value, grad_loc, grad_attn) come back."""
-    from msda_labs.gpu.speed import chip_function, race_all
+    from msda_labs.grading.timing import chip_function, race_all
     from msda_labs.truth.reference import msda_reference
 
     value, shapes, starts, loc, attn = device_inputs(case, dtype_name, requires_grad=True)

@@ -13,9 +13,10 @@ import torch
 from probes_lab10 import DTYPES, FAR, FAR_HEADS
 from test_lab10_operator import RAGGED, TWO_LEVELS, VCASE, check_grads, check_output, run_msda
 
-from msda_labs.gpu.speed import REFERENCE_LIMIT, check_reference_speed
 from msda_labs.grading import expect_close
+from msda_labs.grading.probes import timed_output
 from msda_labs.grading.rejections import expect_rejections
+from msda_labs.grading.timing import REFERENCE_LIMIT, check_reference_speed
 from msda_labs.truth.cases import DECODER, EXACT_KNOTS, OUT_OF_BOUNDS, SINGLE, STANDARD_CASES
 from msda_labs.truth.reference import msda_reference, reference_grads
 
@@ -201,7 +202,7 @@ SPEED_LIMIT = REFERENCE_LIMIT  # your step's time / the reference's
 def test_gpu_speed_against_the_reference(submission):
     case, dtype_name = SPEED_CASE, SPEED_DTYPE
     measured = submission.run(probes.speed_probe, case, dtype_name)
-    step = measured.get("outputs", {}).get("yours") if isinstance(measured, dict) else None
+    step = timed_output(measured)
     what = "msda then backward (the step that is timed) on the GPU"
     # A fast wrong answer earns nothing: the step's output and gradients are checked first.
     if not isinstance(step, (tuple, list)) or len(step) != 4:

@@ -14,7 +14,8 @@ import torch
 
 from msda_labs.truth.cases import tolerance
 
-__all__ = ["expect_close", "expect_equal", "expect_tensor", "describe_value", "mismatch"]
+__all__ = ["expect_close", "expect_equal", "expect_tensor", "describe_value", "mismatch",
+           "format_index"]
 
 
 def describe_value(obj: Any) -> str:
@@ -37,7 +38,9 @@ def expect_tensor(res: Any, what: str, shape=None,
     return res
 
 
-def _fmt_index(flat: int, shape) -> str:
+def format_index(flat: int, shape) -> str:
+    """The flat offset ``flat`` of a contiguous ``shape`` as an index, e.g. ``"[1, 0, 3]"``
+    (``"[]"`` for a scalar)."""
     if not shape:
         return "[]"
     idx = []
@@ -87,7 +90,7 @@ def expect_close(res: Any, ref: torch.Tensor, *, what: str, case: str = "",
     r = res.detach().flatten()[flat].item()
     e = ref.detach().flatten()[flat].item()
     parts = [f"{where}: {n_bad} of {ref.numel()} elements differ (rtol={rtol:g}, atol={atol:g}); "
-             f"first at {_fmt_index(flat, tuple(ref.shape))}: yours {r:.6g}, reference {e:.6g}"]
+             f"first at {format_index(flat, tuple(ref.shape))}: yours {r:.6g}, reference {e:.6g}"]
     res64 = res.detach().to(torch.float64)
     n_nan, n_inf = int(torch.isnan(res64).sum()), int(torch.isinf(res64).sum())
     if n_nan or n_inf:

@@ -18,8 +18,8 @@ the middle of a larger flat buffer:
 
 Probe-side helpers (:func:`between_guards`, :func:`guarded`, :func:`sentinel_buffer`, :func:`cdiv`,
 :func:`pow2`) run in the forked worker next to the student's code; judge-side helpers
-(:func:`check_sentinel_buffer`, :func:`is_sentinel`, :func:`where`, :func:`gap`,
-:func:`run_probe`) read what came back.
+(:func:`check_sentinel_buffer`, :func:`is_sentinel`, :func:`gap`, :func:`run_probe`) read what
+came back.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import math
 
 import torch
 
-from msda_labs.grading.compare import expect_tensor
+from msda_labs.grading.compare import expect_tensor, format_index
 from msda_labs.grading.plugin import SubmissionCrashed
 
 # A NaN with a payload no arithmetic produces: "still the sentinel" means "never written".
@@ -99,15 +99,6 @@ def is_sentinel(t: torch.Tensor) -> torch.Tensor:
     return t.view(int_dtype) == bits
 
 
-def where(flat: int, shape) -> str:
-    """The flat offset ``flat`` of a contiguous ``shape`` as an index, e.g. ``"[1, 0, 3]"``."""
-    idx = []
-    for size in reversed(shape):
-        idx.append(flat % size)
-        flat //= size
-    return "[" + ", ".join(str(i) for i in reversed(idx)) + "]"
-
-
 def gap(k: int) -> str:
     """Words for the ``k``-th element past the end of a tensor (``k = 0``: the very next one)."""
     return "right after its last element" if k == 0 else f"{k} elements after its last one"
@@ -130,7 +121,7 @@ def check_sentinel_buffer(buf, shape, dtype, guard: int, *, label: str, past_end
       nearest) and ``distance`` (1 for the element right after the last) say how far.
     * ``before_start``: ``count`` elements written in the head guard.
     * ``unwritten``: ``count`` of ``n`` elements still hold the sentinel, the first at
-      ``at`` (:func:`where` of it in ``shape``).
+      ``at`` (:func:`~msda_labs.grading.compare.format_index` of it in ``shape``).
 
     Args:
         buf: the flat buffer the probe returned; must be ``(prod(shape) + 2 * guard,)`` of
@@ -160,7 +151,7 @@ def check_sentinel_buffer(buf, shape, dtype, guard: int, *, label: str, past_end
     missing = is_sentinel(body).nonzero().flatten()
     if missing.numel():
         raise AssertionError(f"{label}: " + unwritten.format(
-            count=missing.numel(), n=n, at=where(int(missing[0]), shape)))
+            count=missing.numel(), n=n, at=format_index(int(missing[0]), shape)))
     return body.view(shape)
 
 

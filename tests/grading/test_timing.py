@@ -1,0 +1,174 @@
+"""The one timing API (msda_labs.grading.timing) and the byte counts that turn times into GB/s.
+
+Byte counts, argument checks, the refusal without CUDA and the wall-clock plumbing run anywhere;
+the device timings themselves only where there is a CUDA GPU.
+"""
+
+import math
+import sys
+import time
+
+import pytest
+import torch
+
+from msda_labs.grading import bandwidth, timing
+from msda_labs.truth.cases import DECODER
+
+NO_CUDA = not torch.cuda.is_available()
+
+
+# -- bytes and bandwidth --------------------------------------------------------------------------
+def test_forward_bytes_decoder_fp16_matches_the_hand_count():
+    c = DECODER
+    samples = c.B * c.Q * c.M * c.L * c.K
+    assert samples == 153_600
+    corners = samples * 4 * c.D * 2
+    params = samples * 3 * 2
+    output = c.B * c.Q * c.M * c.D * 2
+    assert (corners, params, output) == (39_321_600, 921_600, 614_400)
+    assert bandwidth.forward_bytes(c.B, c.Q, c.M, c.D, c.L, c.K, 2) == 40_857_600
+
+
+@pytest.mark.parametrize("dims", [(1, 1, 1, 1, 1, 1, 4), (2, 5, 3, 7, 2, 3, 4),
+                                  (3, 17, 2, 24, 1, 1, 2)])
+def test_forward_bytes_is_linear_in_each_part(dims):
+    B, Q, M, D, L, K, itemsize = dims
+    expected = (B * Q * M * L * K * (4 * D + 3) + B * Q * M * D) * itemsize
+    count = bandwidth.forward_bytes
+    assert count(B, Q, M, D, L, K, itemsize) == expected
+    # fp32 is exactly twice fp16, and zero queries move nothing.
+    assert count(B, Q, M, D, L, K, 4) == 2 * count(B, Q, M, D, L, K, 2)
+    assert count(B, 0, M, D, L, K, itemsize) == 0
+
+
+@pytest.mark.parametrize("bad", [-1, 2.0, True, None])
+def test_forward_bytes_rejects_non_counts(bad):
+    with pytest.raises(ValueError):
+        bandwidth.forward_bytes(1, bad, 1, 1, 1, 1, 2)
+
+
+def test_effective_bandwidth_units():
+    # 1 GB in 1 ms is 1000 GB/s; 40,857,600 bytes in 13.6 us is about 3 TB/s.
+    assert bandwidth.effective_bandwidth_gbs(1e9, 1000.0) == pytest.approx(1000.0)
+    assert bandwidth.effective_bandwidth_gbs(40_857_600, 13.6) == pytest.approx(3004.2, rel=1e-4)
+    assert bandwidth.effective_bandwidth_gbs(0, 5.0) == 0.0
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError):
+            bandwidth.effective_bandwidth_gbs(100, bad)
+    with pytest.raises(ValueError):
+        bandwidth.effective_bandwidth_gbs(-1, 1.0)
+
+
+def test_bandwidth_table_prints_the_formula():
+    text = bandwidth.bandwidth_table({"2": 80.0, "32": 10.0}, 40_857_600, label="CHUNK_D")
+    assert "CHUNK_D" in text and "4085.8" in text and "510.7" in text
+    assert "B*Q*M*L*K*(4*D + 3)*itemsize" in text
+
+
+# -- anywhere: refusals, argument checks, wall-clock plumbing -------------------------------------
+@pytest.mark.skipif(not NO_CUDA, reason="checks the refusal on a CPU-only machine")
+def test_device_timing_refuses_politely_without_cuda():
+    calls = []
+    with pytest.raises(timing.BenchUnavailable, match="needs a CUDA GPU") as info:
+        timing.side_by_side({"a": lambda: calls.append(1)})
+    assert "interpreter" in str(info.value) and "-gpu" in str(info.value)
+    with pytest.raises(timing.BenchUnavailable):
+        timing.end_to_end({"a": lambda: calls.append(1)})
+    assert calls == [], "nothing may run when there is no device to time it on"
+
+
+@pytest.mark.parametrize("kwargs", [{"reps": 0}, {"warmup": -1}, {"inner": 0}, {"reps": True},
+                                    {"method": "wallclock"}])
+def test_timing_rejects_bad_arguments_before_looking_for_a_device(kwargs):
+    with pytest.raises(ValueError):
+        timing.side_by_side({"a": lambda: None}, **kwargs)
+
+
+@pytest.mark.skipif(not NO_CUDA, reason="checks the fallback used where there is no CUDA device")
+def test_race_all_without_cuda_is_wall_clock_and_keeps_first_outputs():
+    x = torch.arange(1000, dtype=torch.float32)
+    calls = {"yours": 0}
+
+    def yours():
+        calls["yours"] += 1
+        return x * 2, x + 1
+
+    measured = timing.race_all({"yours": yours, "reference": lambda: x * 2, "chip": None},
+                               reps=4, warmup=1, with_end_to_end=True)
+    assert measured["method"] == "wall-clock" and measured["device"] == "cpu"
+    assert set(measured["times_us"]) == {"yours", "reference"} == set(measured["e2e_us"])
+    assert all(us > 0 and math.isfinite(us) for us in measured["times_us"].values())
+    assert list(measured["outputs"]) == ["yours"]  # only the names in keep come back
+    first = measured["outputs"]["yours"]
+    assert isinstance(first, tuple) and torch.equal(first[0], x * 2)
+    assert calls["yours"] == 1 + 1 + 4 + 1 + 5 * 50  # first, warm-up, reps, e2e warm-up, e2e
+    assert "plumbing only" in timing.how_timed(measured)
+
+
+def test_race_all_times_the_slower_call_longer():
+    if not NO_CUDA:
+        pytest.skip("wall-clock check for machines without CUDA")
+    measured = timing.race_all({"yours": lambda: time.sleep(0.002), "reference": lambda: None},
+                               reps=3, warmup=0)
+    assert measured["times_us"]["yours"] > 1500 > measured["times_us"]["reference"]
+
+
+def test_the_chip_baseline_is_a_private_copy():
+    fn = timing.chip_function("lab01", "bilinear_sample")
+    assert fn is not None
+    import msda_labs.chips.lab01 as shared_chip
+
+    assert fn is not shared_chip.bilinear_sample
+    assert fn.__module__ == "_msda_speed_baseline_lab01" and fn.__module__ in sys.modules
+    assert timing.chip_function("lab77", "anything") is None  # a chip this copy does not carry
+
+
+def test_add_note_adds_once_and_ignores_a_submission_without_notes():
+    class Session:
+        notes: list = []
+
+    class Sub:
+        _session = Session()
+
+    timing.add_note(Sub(), "speed of x: yours 1.0 us")
+    timing.add_note(Sub(), "speed of x: yours 1.0 us")
+    assert Session.notes == ["speed of x: yours 1.0 us"]
+    timing.add_note(object(), "nowhere to go")  # no session: nothing happens, nothing raises
+
+
+# -- on a CUDA GPU --------------------------------------------------------------------------------
+@pytest.mark.skipif(NO_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("method", ["cuda-graph", "cuda-events"])
+def test_timing_orders_small_and_large_work(method):
+    small = torch.randn(1 << 22, device="cuda")  # 16 MiB: about 10 us, well above the noise
+    large = torch.randn(1 << 26, device="cuda")  # 256 MiB
+    res = timing.side_by_side({"small": lambda: small.mul_(1.0),
+                               "large": lambda: large.mul_(1.0)}, reps=10, method=method)
+    assert res["small"].method == method
+    assert 0 < res["small"].us < res["large"].us
+    # 256 MiB read and written: well above a microsecond, well below a second.
+    assert 10 < res["large"].us < 1e6
+
+
+@pytest.mark.skipif(NO_CUDA, reason="needs a CUDA GPU")
+def test_auto_falls_back_to_events_when_capture_fails():
+    x = torch.randn(1024, device="cuda")
+    res = timing.side_by_side({"fn": lambda: x.sum().item()}, reps=3)["fn"]  # .item() syncs
+    assert res.method == "cuda-events" and res.us > 0
+
+
+@pytest.mark.skipif(NO_CUDA, reason="needs a CUDA GPU")
+def test_end_to_end_sees_host_waits_that_graphs_do_not():
+    x = torch.randn(1 << 16, device="cuda")
+
+    def sleepy():
+        x.mul_(1.0)
+        if not torch.cuda.is_current_stream_capturing():
+            time.sleep(0.002)
+
+    e2e = timing.end_to_end({"plain": lambda: x.mul_(1.0), "sleepy": sleepy}, reps=5, rounds=3)
+    assert e2e["sleepy"] > 2000 > e2e["plain"] > 0
+    measured = timing.race_all({"plain": lambda: x.mul_(1.0), "sleepy": sleepy}, keep=(),
+                               reps=5, with_end_to_end=True)
+    assert measured["e2e_us"]["sleepy"] > 2000 and measured["method"] in ("cuda-graph",
+                                                                          "cuda-events")
