@@ -4,14 +4,19 @@ The child has the real Triton compiler (TRITON_INTERPRET=0) and no GPU. The kern
 hands the submission is the lab 08 backward kernel, loaded the way the starter loads it.
 """
 
+import os
+
 import torch
 
 BACKWARD = "msda_backward_kernel"
 
 
 def warm_worker() -> None:
-    """Pay triton's one-off compiler costs once, in the aot worker, before it forks a child per
-    test (never in the judge, which does not compile)."""
+    """In the aot grading worker only (TRITON_INTERPRET=0; a no-op in the judge, which never
+    compiles): pay triton's one-off compiler costs once, before the worker forks a child per
+    test."""
+    if os.environ.get("TRITON_INTERPRET") != "0":
+        return
     from msda_labs.student.ptx import warm_up
 
     warm_up()

@@ -8,7 +8,6 @@ call the submission in the isolated child; the PTX listings it reads are files i
 
 import ast
 import importlib.util
-import os
 import re
 from pathlib import Path
 
@@ -34,8 +33,7 @@ BACKWARD = probes.BACKWARD
 # compiled once per grading run and served from triton's cache afterwards.
 AOT_SIZES = {"M": 2, "D": 8, "L": 2, "K": 2, "BLOCK_Q": 16, "BLOCK_D": 8}
 
-if os.environ.get("TRITON_INTERPRET") == "0":  # in the aot worker only, never in the judge
-    probes.warm_worker()
+probes.warm_worker()  # acts in the aot grading worker only, never in the judge
 
 # The judge's own reading of PTX: never the submission's.
 _TOKEN = re.compile(r"\b(?:atom|red)\.[\w.:]+")
