@@ -1,4 +1,5 @@
-"""Probes of lab 10: what the isolated child runs. The judge is test_lab10_operator.py.
+"""Probes of lab 10: what the isolated child runs. The judge: test_lab10_operator.py (Tasks
+10.1-10.3) and test_lab10_suite.py (Task 10.4).
 
 Inputs are seeded and built on the device under test here; the judge rebuilds them on the CPU
 from the same seeds for its references. Some probes re-run the submission with recording wrappers
