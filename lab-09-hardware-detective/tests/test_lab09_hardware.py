@@ -3,14 +3,13 @@
 The submission runs in an "aot" worker: TRITON_INTERPRET=0, the real compiler, no GPU. Every
 verdict about PTX is reached here, in the judge, by reading the text the submission returned;
 the submission's own detector is only ever the thing under test. The probes (probes_lab09.py)
-call the submission in the isolated child; the PTX listings it reads are files in tests/ptx/.
+call the submission in the isolated child; the judge's reading of PTX and of the lab 08 kernel is
+judge_lab09.py; the PTX listings the tests hand over are files in tests/ptx/.
 """
 
-import ast
-import importlib.util
 import re
-from pathlib import Path
 
+import judge_lab09 as judge
 import probes_lab09 as probes
 import pytest
 
@@ -27,7 +26,6 @@ TASKS = {
     "9.5": "compile_backward",
 }
 
-HERE = Path(__file__).resolve().parent
 BACKWARD = probes.BACKWARD
 # The sizes every compile here uses (the starter's AOT_SIZES): the same variants are then
 # compiled once per grading run and served from triton's cache afterwards.
@@ -35,98 +33,26 @@ AOT_SIZES = {"M": 2, "D": 8, "L": 2, "K": 2, "BLOCK_Q": 16, "BLOCK_D": 8}
 
 probes.warm_worker()  # acts in the aot grading worker only, never in the judge
 
-# The judge's own reading of PTX: never the submission's.
-_TOKEN = re.compile(r"\b(?:atom|red)\.[\w.:]+")
-
-
-def _atomics(ptx: str) -> list[str]:
-    return sorted(set(_TOKEN.findall(ptx)))
-
-
-def _is_cas(token: str) -> bool:
-    return "cas" in token.split(".")
-
-
-def _ptx(name: str) -> str:
-    """A PTX listing of tests/ptx/ (read when a test needs it, never at import)."""
-    return (HERE / "ptx" / name).read_text()
-
-
-# -- judge-side knowledge of the lab 08 kernel -------------------------------------------------
-def _backward_params() -> list[tuple[str, bool]]:
-    """(name, is_constexpr) of the lab 08 chip's backward kernel, read from its source."""
-    spec = importlib.util.find_spec("msda_labs.chips.lab08")
-    if spec is None or spec.origin is None:
-        raise RuntimeError("this copy of the kit carries no lab 08 chip")
-    for node in ast.walk(ast.parse(Path(spec.origin).read_text())):
-        if isinstance(node, ast.FunctionDef) and node.name == BACKWARD:
-            return [(arg.arg, arg.annotation is not None
-                     and ast.unparse(arg.annotation).split(".")[-1] == "constexpr")
-                    for arg in node.args.args]
-    raise RuntimeError(f"the lab 08 chip defines no {BACKWARD}")
-
-
-def _expected_signature(value_dtype: str, grad_value_dtype: str) -> dict[str, tuple[str, str]]:
-    """{argument: (type, why)} of the lab 08 backward kernel, as backward_signature must give."""
-    sig = {}
-    for name, is_constexpr in _backward_params():
-        if is_constexpr:
-            sig[name] = ("constexpr", "tl.constexpr arguments are typed 'constexpr'")
-        elif name in ("shapes_ptr", "starts_ptr"):
-            sig[name] = ("*i64", "shapes_ptr and starts_ptr point to int64 tables")
-        elif name == "grad_value_ptr":
-            sig[name] = ("*" + grad_value_dtype,
-                         "grad_value_ptr is the accumulator: it takes grad_value_dtype")
-        elif name.endswith("_ptr"):
-            sig[name] = ("*" + value_dtype,
-                         "data pointers other than grad_value_ptr take value_dtype")
-        else:
-            sig[name] = ("i64", "the runtime sizes (Q, S) are 'i64'")
-    return sig
-
-
 # -- Task 9.1: find_atomics --------------------------------------------------------------------
 SYNTHETIC_EXPECTED = ["atom.global.gpu.relaxed.add.f32", "atom.relaxed.gpu.global.cas.b32",
                       "red.global.add.L2::cache_hint.f32", "red.global.add.f32"]
 
 
-def _detector_hint(res, expected) -> str:
-    if not isinstance(res, list):
-        return "return a list of strings"
-    if any(not isinstance(t, str) for t in res):
-        return "every token is a str"
-    if len(res) != len(set(res)):
-        return "each distinct token once: the same instruction appears many times in real PTX"
-    if sorted(res) != res:
-        return "sort the tokens"
-    if any(t.startswith("red.") for t in expected) and not any(t.startswith("red.") for t in res):
-        return ("red. instructions are atomics too: a reduction is an atomic whose result "
-                "nobody reads")
-    if any(t != e and e.startswith(t) for t in res for e in expected):
-        return "a token runs through all its qualifiers, up to the first space"
-    return "a token starts at a word boundary with atom. or red. and runs through its qualifiers"
-
-
-def _check_detector(res, expected, what):
-    if res != expected:
-        raise AssertionError(f"{what}: got {res!r:.300}, expected {expected!r}; "
-                             f"{_detector_hint(res, expected)}")
-
-
 @pytest.mark.task("9.1", points=2)
 @pytest.mark.rule("atomics")
 def test_find_atomics_synthetic_listing(submission):
-    res = submission.call("find_atomics", _ptx("synthetic_mixed.ptx"))
-    _check_detector(res, SYNTHETIC_EXPECTED,
-                    "find_atomics on a listing with a repeated atom.add, a CAS retry loop, two "
-                    "red. reductions (one with an L2::cache_hint qualifier) and plain loads/stores")
+    res = submission.call("find_atomics", judge.ptx("synthetic_mixed.ptx"))
+    judge.check_detector(res, SYNTHETIC_EXPECTED,
+                         "find_atomics on a listing with a repeated atom.add, a CAS retry loop, "
+                         "two red. reductions (one with an L2::cache_hint qualifier) and plain "
+                         "loads/stores")
 
 
 @pytest.mark.task("9.1", points=1)
 def test_find_atomics_none_present(submission):
-    res = submission.call("find_atomics", _ptx("no_atomics.ptx"))
-    _check_detector(res, [], "find_atomics on a listing with loads, stores and arithmetic "
-                             "but no atomic")
+    res = submission.call("find_atomics", judge.ptx("no_atomics.ptx"))
+    judge.check_detector(res, [], "find_atomics on a listing with loads, stores and "
+                                  "arithmetic but no atomic")
 
 
 @pytest.mark.task("9.1", points=1)
@@ -136,18 +62,21 @@ def test_find_atomics_none_present(submission):
                                   "red.global.gpu.relaxed.add.noftz.f16"]),
 ], ids=["bf16-scatter-sm80", "mixed-sm90"])
 def test_find_atomics_real_ptx(submission, name, expected):
-    res = submission.call("find_atomics", _ptx(name))
-    _check_detector(res, expected, f"find_atomics on tests/ptx/{name} (a real compiled kernel)")
+    res = submission.call("find_atomics", judge.ptx(name))
+    judge.check_detector(res, expected,
+                         f"find_atomics on tests/ptx/{name} (a real compiled kernel)")
 
 
 @pytest.mark.task("9.1", points=1)
 @pytest.mark.rule("atomics")
 def test_find_atomics_on_the_backward_kernel(submission):
-    signature = {name: kind for name, (kind, _) in _expected_signature("bf16", "bf16").items()}
+    expected = judge.expected_signature("bf16", "bf16")
+    signature = {name: kind for name, (kind, _why) in expected.items()}
     constexprs = {n: AOT_SIZES[n] for n, kind in signature.items() if kind == "constexpr"}
     ptx, res = submission.run(probes.live_ptx_probe, signature, constexprs, 90)
-    _check_detector(res, _atomics(ptx), "find_atomics on the lab 08 backward kernel compiled for "
-                                        "sm_90 with a bf16 grad_value buffer")
+    judge.check_detector(res, judge.atomics(ptx), "find_atomics on the lab 08 backward kernel "
+                                                  "compiled for sm_90 with a bf16 grad_value "
+                                                  "buffer")
 
 
 # -- Task 9.2: classify_atomics ----------------------------------------------------------------
@@ -238,7 +167,7 @@ def test_switch_returns_real_bools(submission):
                          ids=["bf16", "bf16-fp32-buffer", "fp16", "fp32"])
 @pytest.mark.rule("accumulator-switch")
 def test_backward_signature(submission, value_dtype, grad_value_dtype):
-    expected = _expected_signature(value_dtype, grad_value_dtype)
+    expected = judge.expected_signature(value_dtype, grad_value_dtype)
     res = submission.run(probes.signature_probe, value_dtype, grad_value_dtype)
     what = f"backward_signature(kernel, {value_dtype!r}, {grad_value_dtype!r})"
     if not isinstance(res, dict):
@@ -277,16 +206,16 @@ def test_compile_backward_lowering(submission, cc, value_dtype, buffer):
     if not re.search(rf"\.entry\s+{BACKWARD}\b", ptx):
         raise AssertionError(f"{what}: the PTX holds no .entry {BACKWARD}: compile the kernel "
                              f"you are given")
-    tokens = _atomics(ptx)
+    tokens = judge.atomics(ptx)
     if not tokens:
         raise AssertionError(f"{what}: the PTX holds no atomic instruction at all")
     if cc < 90 and buffer == "bf16":
-        if not any(_is_cas(t) for t in tokens):
+        if not any(judge.is_cas(t) for t in tokens):
             raise AssertionError(f"{what}: expected a compare-and-swap loop (no bf16 atomic add "
                                  f"before SM 9.0), found {tokens}; is grad_value_ptr typed "
                                  f"'*bf16'?")
         return
-    if any(_is_cas(t) for t in tokens):
+    if any(judge.is_cas(t) for t in tokens):
         raise AssertionError(f"{what}: expected native {buffer} atomic adds, found a "
                              f"compare-and-swap loop {tokens}; is grad_value_ptr typed "
                              f"'*{buffer}' and the target sm_{cc}?")

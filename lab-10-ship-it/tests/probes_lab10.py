@@ -8,6 +8,7 @@ msda_labs.grading.spies): that is how the judge sees which accumulator flag reac
 whether the kernels got contiguous tensors, and that an empty batch launches nothing.
 """
 
+import functools
 import os
 
 import torch
@@ -20,6 +21,7 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 GRAD_SEED = 7  # the upstream gradient of every backward test
 
 
+@functools.cache
 def warm_worker() -> None:
     """In the interpreter's grading worker only (a no-op anywhere else, the judge included), pay
     the once-per-process costs before the worker forks a child per test: the shipped kernels and
@@ -30,7 +32,7 @@ def warm_worker() -> None:
 
     Never in the GPU worker: there a backward, even on the CPU, starts autograd's device threads
     and initializes CUDA, and children forked after that cannot use it (measured on an H200:
-    every GPU test failed with a CUDA initialization error)."""
+    every GPU test failed with a CUDA initialization error). Once per process."""
     if os.environ.get("MSDA_STAGE") != "chips" or os.environ.get("TRITON_INTERPRET") != "1":
         return
     from msda_labs.student.earlier import load

@@ -1,72 +1,26 @@
 """Grading tests of lab 10 (ship it), Tasks 10.1-10.3. Run them with `nox -s lab10`.
 
-Task 10.4, the final exam (CPU and GPU stages), is test_lab10_suite.py; it shares the references
-and checks defined here. The probes (probes_lab10.py) build seeded inputs on the device under
-test and call the operator in the isolated child; the judge, here, computes the references on the
-CPU from the same seeds and says what is wrong.
+Task 10.4, the final exam (CPU and GPU stages), is test_lab10_suite.py. The probes
+(probes_lab10.py) build seeded inputs on the device under test and call the operator in the
+isolated child; the judge computes the references on the CPU from the same seeds (the cases and
+the checks both test files use are in judge_lab10.py) and says what is wrong.
 """
-
-import functools
 
 import probes_lab10 as probes
 import pytest
 import torch
-from probes_lab10 import DTYPES
+from judge_lab10 import TWO_LEVELS, VCASE, check_grads, check_output, run_msda
 
-from msda_labs.grading import describe_value, expect_close
+from msda_labs.grading import describe_value
 from msda_labs.grading.rejections import expect_rejections
-from msda_labs.truth.cases import OUT_OF_BOUNDS, SINGLE, Case, make_inputs
-from msda_labs.truth.reference import msda_reference, reference_grads
+from msda_labs.truth.cases import OUT_OF_BOUNDS, SINGLE, make_inputs
 
 LAB = "lab10"
 TITLE = "Ship it"
 MODE = "interpret"
 TASKS = {"10.1": "MSDAFunction", "10.2": "validate_inputs", "10.3": "msda", "10.4": "final exam"}
 
-# Small cases for the interpreter (about a millisecond per program and (level, point) pair).
-RAGGED = Case("ragged_queries", B=1, Q=37, M=1, D=3, shapes=((5, 6),), K=1, seed=3)
-TWO_LEVELS = Case("two_levels", B=1, Q=6, M=2, D=4, shapes=((4, 5), (2, 3)), K=2, seed=2)
-# Distinct sizes, so that a shape in a message can only mean one thing: value (2, 16, 4, 5),
-# spatial_shapes (2, 2), level_start_index (2,), locations (2, 3, 4, 2, 3, 2), weights
-# (2, 3, 4, 2, 3).
-VCASE = Case("validation", B=2, Q=3, M=4, D=5, shapes=((3, 4), (2, 2)), K=3, seed=4)
-
 probes.warm_worker()  # acts in the interpreter's grading worker only, never in the judge
-
-
-@functools.cache
-def _reference(case, dtype_name):
-    """fp32 reference output and gradients on the inputs as rounded to ``dtype_name``."""
-    value, shapes, _, loc, attn = make_inputs(case, DTYPES[dtype_name])
-    out = msda_reference(value.float(), shapes, loc.float(), attn.float())
-    return out, reference_grads(value, shapes, loc, attn, probes.grad_out(case, dtype_name))
-
-
-_ORDER_HINT = ("backward returns one gradient per input of forward, in forward's order: "
-               "(grad_value, None, None, grad_loc, grad_attn, None)")
-
-
-def check_output(res, case, dtype_name, what):
-    expect_close(res["out"], _reference(case, dtype_name)[0], what=what,
-                 case=f"{case.describe()} in {dtype_name}", dtype=DTYPES[dtype_name])
-
-
-def check_grads(res, case, dtype_name, what):
-    if "backward_error" in res:
-        raise AssertionError(f"{what}: backward failed on {case.describe()}: "
-                             f"{res['backward_error']}; {_ORDER_HINT}")
-    for name, got, ref in zip(("value", "sampling_locations", "attention_weights"),
-                              res["grads"], _reference(case, dtype_name)[1]):
-        if got is None:
-            raise AssertionError(f"{what}: {name}.grad is None after backward on "
-                                 f"{case.describe()}; {_ORDER_HINT}")
-        expect_close(got, ref, what=f"{what}: the gradient of {name}",
-                     case=f"{case.describe()} in {dtype_name}", dtype=DTYPES[dtype_name],
-                     backward=True)
-
-
-def run_msda(submission, case, dtype_name, **kwargs):
-    return submission.run(probes.msda_probe, case, dtype_name, **kwargs)
 
 
 # -- Task 10.1: MSDAFunction ---------------------------------------------------------------------
@@ -108,7 +62,8 @@ def test_function_refuses_a_second_derivative(submission):
 # -- Task 10.2: validate_inputs ------------------------------------------------------------------
 def _inputs(**changes):
     """VCASE's good inputs, fp32 on the CPU, with ``changes`` (argument -> function of the good
-    tensor) applied; arguments: value, shapes, starts, loc, attn."""
+    tensor) applied; arguments: value (2, 16, 4, 5), shapes (2, 2), starts (2,), loc
+    (2, 3, 4, 2, 3, 2), attn (2, 3, 4, 2, 3)."""
     good = dict(zip(("value", "shapes", "starts", "loc", "attn"), make_inputs(VCASE)))
     return tuple(changes[name](t) if name in changes else t for name, t in good.items())
 
