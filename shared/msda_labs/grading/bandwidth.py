@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["forward_bytes", "effective_bandwidth_gbs", "bandwidth_table"]
+__all__ = ["forward_bytes", "effective_bandwidth_gbs", "bandwidth_table", "plot_bandwidth"]
 
 
 def forward_bytes(B: int, Q: int, M: int, D: int, L: int, K: int, itemsize: int) -> int:
@@ -64,3 +64,36 @@ def bandwidth_table(times_us: Mapping[str, float], nbytes: int, label: str = "va
     lines.append(f"GB/s = {nbytes:,} bytes / time; bytes = B*Q*M*L*K*(4*D + 3)*itemsize + "
                  f"B*Q*M*D*itemsize")
     return "\n".join(lines)
+
+
+def plot_bandwidth(rows, path, *, xlabel: str, title: str) -> str:
+    """A bar chart of effective GB/s per variant, each bar labelled with its time.
+
+    Args:
+        rows: ``[(variant, time_us, gbs), ...]`` in the order of the bars.
+        path: the image file to write (PNG).
+        xlabel: what the variants are.
+        title: the chart's title.
+
+    Returns:
+        What happened, for the report: where the plot went, or why there is none.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "no plot: matplotlib is not installed (pip install matplotlib)"
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    bars = ax.bar([str(name) for name, _, _ in rows], [g for _, _, g in rows], color="#3b75af")
+    for bar, (_, us, _) in zip(bars, rows):
+        ax.annotate(f"{us:.1f} us", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center", va="bottom", fontsize=8)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("effective bandwidth (GB/s)")
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return f"plot saved to {path}"

@@ -10,7 +10,7 @@ windows alone, which gives the reference (forward and backward).
 Every location is exact in fp32: W = H = 2**14 and the pixel positions are multiples of 1/64, so
 ``x * W - 0.5`` in the kernel is the very coordinate the reference uses.
 
-Used by labs 06 and 08 (lab 05's Task 5.4 keeps its own copy of the same idea).
+Used by labs 05, 06 and 08 (Tasks 5.4, 6.1 and 8.3).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ the wrong output equals what a known mistake produces, the name of that mistake.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -61,7 +61,8 @@ def mismatch(res: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float):
 def expect_close(res: Any, ref: torch.Tensor, *, what: str, case: str = "",
                  dtype: torch.dtype | None = None, rtol: float | None = None,
                  atol: float | None = None, backward: bool = False,
-                 variants: Mapping[str, tuple[torch.Tensor, str]] | None = None,
+                 variants: Mapping[str, tuple[torch.Tensor, str]] | Callable[[], Mapping]
+                 | None = None,
                  expect_dtype: torch.dtype | None = None) -> None:
     """Assert ``res`` matches ``ref`` within the dtype's tolerance (or the given one).
 
@@ -72,7 +73,8 @@ def expect_close(res: Any, ref: torch.Tensor, *, what: str, case: str = "",
         case: a description of the inputs (``Case.describe()``).
         dtype: the dtype the submission computed in; picks the tolerance.
         variants: ``{name: (output_of_that_mistake, explanation)}``, checked in order when the
-            result is wrong: a match names the mistake in the message.
+            result is wrong: a match names the mistake in the message. A zero-argument callable
+            returning that mapping is called only then (mistakes costly to compute).
         expect_dtype: when given, the result must have this dtype.
     """
     where = f"{what} on {case}" if case else what
@@ -97,6 +99,8 @@ def expect_close(res: Any, ref: torch.Tensor, *, what: str, case: str = "",
         parts.append(f"your result holds {n_nan} NaN and {n_inf} inf")
     if bool((res64 == 0).all()) and bool((ref != 0).any()):
         parts.append("your result is all zeros: is anything written at all?")
+    if callable(variants):
+        variants = variants()
     for out, explanation in (variants or {}).values():
         if out.shape != ref.shape:
             continue

@@ -1,0 +1,183 @@
+"""Probes of lab 06: what the isolated child runs next to the student's module.
+
+Each function takes the student's module first and returns tensors or plain data for the judge
+(test_lab06_fast.py). The interpreter probes launch the chunked kernel themselves on guarded
+inputs (value between NaN guards, loc and attn between zero guards) into an output pre-filled
+with a NaN sentinel, whose guards come back too; the GPU probes time with
+msda_labs.grading.timing.
+"""
+
+import torch
+
+from msda_labs.grading import probes, timing
+from msda_labs.grading.guards import cdiv, sentinel_buffer
+from msda_labs.student import runtime
+from msda_labs.truth.cases import make_inputs
+
+GUARD = 4096  # elements of padding around the buffers the grader launches on
+NAN = float("nan")
+WIDE_BASELINES = (("lab06", "msda_forward_chunked"), ("lab05", "msda_forward"))
+TUNED_BASELINES = (("lab06", "msda_forward_autotuned"), ("lab05", "msda_forward"))
+
+
+def _split(buf, shape):
+    """The output of ``shape`` (as (B, Q, M * D)) and the two guards of a flat buffer."""
+    B, Q, M, D = shape
+    n = B * Q * M * D
+    return {"out": buf[GUARD:GUARD + n].reshape(B, Q, M * D), "guard_lo": buf[:GUARD],
+            "guard_hi": buf[GUARD + n:]}
+
+
+def launch_chunked(module, inputs, block_q, chunk_d, grid=None):
+    """The chunked kernel on guarded inputs; ``grid`` defaults to the wrapper's
+    (cdiv(Q, BLOCK_Q), B * M, cdiv(D, CHUNK_D))."""
+    B, _, M, D = inputs[0].shape
+    Q = inputs[3].shape[1]
+    grid = grid or (cdiv(Q, block_q), B * M, cdiv(D, chunk_d))
+    buf = probes.forward_into_sentinel(
+        module.msda_forward_chunked_kernel, inputs, block_q=block_q, in_guard=GUARD,
+        out_guard=GUARD, fills=(NAN, 0.0, 0.0), grid=grid, CHUNK_D=chunk_d)
+    return _split(buf, (B, Q, M, D))
+
+
+def launch_each(module, runs):
+    """:func:`launch_chunked` for each (inputs, block_q, chunk_d) of ``runs``, in one child."""
+    return [launch_chunked(module, inputs, block_q, chunk_d) for inputs, block_q, chunk_d in runs]
+
+
+def wrapper_defaults(module, inputs):
+    """The given wrapper with its defaults (BLOCK_Q=32, CHUNK_D=next pow2 of D)."""
+    return module.msda_forward_chunked(*probes.on_device(inputs))
+
+
+def big_probe(module, case, block_q, chunks):
+    """The chunked kernel at each CHUNK_D on a case past 2**31 value elements."""
+    dev = runtime.device()
+    inputs = case.big_inputs(dev)
+    shape = (case.B, case.Q, case.M, case.D)
+    results = {}
+    for chunk_d in chunks:
+        buf, out = sentinel_buffer(shape, torch.float32, dev, GUARD)
+        probes.launch_forward(module.msda_forward_chunked_kernel, inputs, out, block_q=block_q,
+                              grid=(cdiv(case.Q, block_q), case.B * case.M, cdiv(case.D, chunk_d)),
+                              CHUNK_D=chunk_d)
+        results[str(chunk_d)] = _split(buf, shape)
+    return results
+
+
+def describe_config(cfg):
+    return {"kwargs": {str(k): v for k, v in dict(cfg.kwargs).items()},
+            "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+
+
+def _base_function(fn):
+    """The Python function under any number of Triton wrappers (JIT, interpreter, autotune)."""
+    seen = 0
+    while hasattr(fn, "fn") and seen < 10:
+        fn, seen = fn.fn, seen + 1
+    return fn
+
+
+def config_space(module):
+    """What forward_configs() and make_autotuned_forward() declare."""
+    configs = module.forward_configs()
+    tuned = module.make_autotuned_forward()
+    return {
+        "type": type(tuned).__name__,
+        "configs": [describe_config(c) for c in configs],
+        "tuned_configs": [describe_config(c) for c in getattr(tuned, "configs", [])],
+        "keys": [str(k) for k in getattr(tuned, "keys", [])],
+        "arg_names": [str(a) for a in getattr(tuned, "arg_names", [])],
+        "wraps_chunked": _base_function(tuned) is _base_function(
+            module.msda_forward_chunked_kernel),
+    }
+
+
+def autotuned_run(module, inputs, block_q):
+    """The launcher through a one-config autotuned kernel (a single config needs no
+    benchmarking, which the interpreter cannot do)."""
+    import triton
+
+    kernel = module.make_autotuned_forward([triton.Config({"BLOCK_Q": block_q}, num_warps=1)])
+    try:
+        return module.msda_forward_autotuned(*probes.on_device(inputs), kernel=kernel)
+    except RuntimeError as exc:
+        if "active drivers" not in str(exc):
+            raise
+        raise RuntimeError(
+            "the autotuner tried to benchmark several configs, which the interpreter cannot do; "
+            "the grader passed a one-config kernel: make_autotuned_forward(configs) must use the "
+            "configs it is given, and msda_forward_autotuned the kernel it is given") from None
+
+
+# -- GPU probes -----------------------------------------------------------------------------------
+def _poisoned(call, shape, dtype):
+    """``call()`` right after freeing a NaN-filled block of ``shape``: the caching allocator
+    hands it to the next same-sized allocation, so an element a kernel forgets shows as NaN."""
+    junk = torch.full(shape, NAN, dtype=dtype, device="cuda")
+    del junk
+    return call()
+
+
+def gpu_outputs(module, case, dtype, chunks, inputs=None):
+    """The wrapper at each CHUNK_D on the case's inputs, built on the device."""
+    inputs = inputs if inputs is not None else make_inputs(case, dtype, device="cuda")
+    shape = (case.B, case.Q, case.M, case.D)
+    outs = {str(chunk): _poisoned(lambda c=chunk: module.msda_forward_chunked(*inputs, CHUNK_D=c),
+                                  shape, dtype) for chunk in chunks}
+    torch.cuda.synchronize()
+    return outs
+
+
+def gpu_race(module, case, chunks):
+    """Outputs, then device times of every CHUNK_D side by side in one run."""
+    inputs = make_inputs(case, torch.float16, device="cuda")
+    outs = gpu_outputs(module, case, torch.float16, chunks, inputs)
+    fns = {str(c): (lambda c=c: module.msda_forward_chunked(*inputs, CHUNK_D=c)) for c in chunks}
+    return {**timing.race_all(fns, keep=()), "outputs": outs}
+
+
+def chip_baseline(candidates):
+    """The first of ``candidates`` ((lab, name) pairs) whose chip this copy of the kit carries
+    (an exported lab carries earlier labs' chips only), as a private copy."""
+    for lab_id, name in candidates:
+        fn = timing.chip_function(lab_id, name)
+        if fn is not None:
+            return fn, f"the {lab_id} chip's {name}"
+    return None, "none (this copy of the kit has no chip to compare with)"
+
+
+def gpu_speed(module, case):
+    """Your wide launch (the wrapper's defaults) beside the chip's: outputs, device time and
+    end-to-end time per call."""
+    inputs = make_inputs(case, torch.float16, device="cuda")
+    chip, source = chip_baseline(WIDE_BASELINES)
+    shape = (case.B, case.Q, case.M, case.D)
+    out = _poisoned(lambda: module.msda_forward_chunked(*inputs), shape, torch.float16)
+    fns = {"yours": lambda: module.msda_forward_chunked(*inputs)}
+    chip_out = None
+    if chip is not None:
+        chip_out = _poisoned(lambda: chip(*inputs), shape, torch.float16)
+        fns["chip"] = lambda: chip(*inputs)
+    torch.cuda.synchronize()
+    return {"out": out, "chip_out": chip_out, "baseline": source,
+            **timing.race_all(fns, keep=(), with_end_to_end=True)}
+
+
+def gpu_autotune(module, case):
+    """The default-config autotuned launcher (tunes on its first call), timed beside your
+    fixed-config wrapper and the chip's kernel."""
+    inputs = make_inputs(case, torch.float16, device="cuda")
+    kernel = module.make_autotuned_forward()
+    out = _poisoned(lambda: module.msda_forward_autotuned(*inputs, kernel=kernel),
+                    (case.B, case.Q, case.M, case.D), torch.float16)
+    torch.cuda.synchronize()
+    fns = {"autotuned": lambda: module.msda_forward_autotuned(*inputs, kernel=kernel),
+           "fixed": lambda: module.msda_forward_chunked(*inputs)}
+    baseline, source = chip_baseline(TUNED_BASELINES)
+    if baseline is not None:
+        fns["chip"] = lambda: baseline(*inputs)
+    measured = timing.race_all(fns, keep=(), with_end_to_end=True)
+    best = getattr(kernel, "best_config", None)
+    return {"out": out, "best_config": describe_config(best) if best is not None else None,
+            "n_configs": len(getattr(kernel, "configs", [])), "baseline": source, **measured}

@@ -1,0 +1,235 @@
+"""Judge-side rules of lab 08 that the test file (test_lab08_atomics.py) states in one line each:
+the racy histogram's rule and its known wrong answers, what each guarded buffer must hold, and
+the gradients' comparisons. Nothing here runs student code: it reads what the probes
+(probes_lab08.py) sent back, and the submission's source.
+"""
+
+import ast
+import math
+
+import torch
+
+from msda_labs.grading import expect_close, expect_tensor
+from msda_labs.grading.guards import cdiv, check_sentinel_buffer
+from msda_labs.grading.plugin import SubmissionError
+from msda_labs.grading.probes import point_guard, timed_output, value_guard
+from msda_labs.mistakes import grad_variants, lost_update_grad_value
+from msda_labs.truth.cases import MSDAInputs, make_inputs, seeded_generator
+from msda_labs.truth.reference import reference_grads
+
+NAMES = ("grad_value", "grad_loc", "grad_attn")
+CRASH_HINT = ("in the interpreter a crash is almost always a load, store or atomic at a wild "
+              "address: an unmasked lane")
+
+
+# -- Task 8.1 -------------------------------------------------------------------------------------
+def seeded_indices(n: int, n_bins: int, seed: int, skew: bool = False) -> torch.Tensor:
+    """``n`` seeded bin indices; ``skew``: most of them in the first two bins."""
+    gen = seeded_generator(seed)
+    if skew:
+        return (torch.rand(n, generator=gen) ** 4 * n_bins).long()
+    return torch.randint(0, n_bins, (n,), generator=gen)
+
+
+def racy_rule(idx: torch.Tensor, n_bins: int, block: int) -> torch.Tensor:
+    """The judge's own prediction: each program adds one to each distinct bin it holds."""
+    out = torch.zeros(n_bins, dtype=torch.float32)
+    for start in range(0, idx.numel(), block):
+        out[torch.unique(idx[start : start + block])] += 1.0
+    return out
+
+
+def racy_variants(idx: torch.Tensor, n_bins: int, block: int) -> dict:
+    exact = torch.bincount(idx, minlength=n_bins).float()
+    return {
+        "exact": (exact, "an exact histogram: the interpreter runs one program after another, "
+                  "but the lanes of one program load, add and store together, so lanes of one "
+                  "block that share a bin collapse into a single +1"),
+        "one_block": ((exact > 0).float(), "one +1 per bin for the whole input, as if it were a "
+                      "single block: the programs run one after another, so each program's "
+                      "updates survive"),
+    }
+
+
+def racy_target(measured, idx, n_bins, block, where):
+    """(what the prediction must equal, what is compared): the grader's racy kernel's output
+    when it ran (it must follow the rule, or this Triton differs), else the rule itself."""
+    rule = racy_rule(idx, n_bins, block)
+    if measured is None:
+        return rule, "predict_racy_histogram (no kernel can run with this BLOCK)"
+    measured = expect_tensor(measured, "the grader's racy kernel", shape=(n_bins,))
+    if not torch.equal(measured.float(), rule):
+        raise RuntimeError(
+            f"the racy kernel returned {measured.tolist()} on {where}, which the grader's rule "
+            f"{rule.tolist()} does not predict: this Triton's interpreter behaves differently; "
+            f"tell your instructor")
+    return measured.float(), "predict_racy_histogram vs the racy kernel's real output"
+
+
+def rule_no_kernels(submission):
+    """predict_racy_histogram must not launch a kernel (or the lab's launchers) to find out."""
+    node = submission.source.node("predict_racy_histogram")
+    found = []
+    for sub in ast.walk(node) if node is not None else ():
+        if isinstance(sub, ast.Call):
+            func = sub.func
+            if isinstance(func, ast.Subscript):
+                found.append(f"line {sub.lineno}: a kernel launch")
+            called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            if called in ("histogram_racy", "histogram_atomic"):
+                found.append(f"line {sub.lineno}: {called}()")
+    if found:
+        raise AssertionError("rule: predict_racy_histogram must compute its answer, not run a "
+                             "kernel to find it (" + "; ".join(found) + ")")
+
+
+# -- Task 8.2 -------------------------------------------------------------------------------------
+def check_histogram(buf, idx, n_bins, block, guard, where):
+    """The atomic histogram's guarded buffer: exact counts, nothing added outside out."""
+    what = "histogram_atomic_kernel"
+    n = idx.numel()
+    buf = expect_tensor(buf, f"{what} on {where}", shape=(n_bins + 2 * guard,))
+    exact = torch.bincount(idx, minlength=n_bins).float()
+    pad = cdiv(n, block) * block - n
+    tail = exact.clone()
+    tail[0] += pad
+    variants = {
+        "racy": (racy_rule(idx, n_bins, block), "lost updates: a load, +1 and store is not "
+                 "atomic, so lanes that share a bin keep one +1 between them; use tl.atomic_add"),
+        "unmasked_tail": (tail, f"an unmasked tail: the {pad} lanes past n of the last block "
+                          f"each added 1 to bin 0 (their masked load returned other=0); give "
+                          f"the atomic the mask too"),
+    }
+    expect_close(buf[guard : guard + n_bins], exact, what=what, case=where, rtol=0, atol=0,
+                 variants=variants)
+    if bool((buf[guard + n_bins :] != 0).any()):
+        raise AssertionError(
+            f"{what} on {where}: the kernel added into memory past the end of out: an unmasked "
+            f"lane past n read a bin from beyond idx; mask the load and the atomic")
+    if bool((buf[:guard] != 0).any()):
+        raise AssertionError(f"{what} on {where}: the kernel added into memory before out")
+
+
+# -- Task 8.3 -------------------------------------------------------------------------------------
+def shared_pixels(case, grad_row, block_q):
+    """Every query samples the very same point with the same weight and upstream gradient:
+    (inputs, grad_out, variants), the lost updates of lanes that collapse named first."""
+    base = make_inputs(case)
+    loc = torch.tensor([0.43, 0.61]).expand(1, case.Q, 1, 1, 1, 2).contiguous()
+    attn = torch.full((1, case.Q, 1, 1, 1), 0.75)
+    grad_out = grad_row[:, :1].expand(1, case.Q, case.D).contiguous()
+    inputs = MSDAInputs(base.value, base.spatial_shapes, base.level_start_index, loc, attn)
+    ref = reference_grads(base.value, base.spatial_shapes, loc, attn, grad_out)[0]
+    writes = (ref != 0).long() * case.Q
+    survivors = (writes > 0).long() * cdiv(case.Q, block_q)  # one per program: lanes collapse
+    variants = {"lost_updates": lost_update_grad_value(ref, writes, survivors)}
+    variants.update(grad_variants(inputs, grad_out, "grad_value"))
+    return inputs, grad_out, variants
+
+
+def check_point_buffer(buf, shape, dtype, guard, *, what, where):
+    """grad_loc or grad_attn: guards intact and every element written; the output of ``shape``."""
+    return check_sentinel_buffer(
+        buf, shape, dtype, guard, label=f"{what} on {where}",
+        past_end="the kernel wrote {count} elements past its end (from {distance} element(s) "
+        "after its last one): an unmasked tail, the rows q >= Q of the last query block; store "
+        "under mask_q",
+        before_start="the kernel wrote before its start",
+        unwritten="{count} of {n} elements were never written (first at {at}); the wrapper "
+        "allocates it with torch.empty, so every element must be stored by the program that "
+        "owns it")
+
+
+def _check_grad_value_buffer(buf, shape, guard, ref, *, what, where, variants):
+    n = math.prod(shape)
+    buf = expect_tensor(buf, f"{what} on {where}", shape=(n + 2 * guard,), dtype=torch.float32)
+    expect_close(buf[guard : guard + n].view(shape), ref, what=what, case=where,
+                 dtype=torch.float32, backward=True, variants=variants)
+    for name, part in (("before its start", buf[:guard]), ("past its end", buf[guard + n :])):
+        touched = int((part != 0).sum())
+        if touched:
+            raise AssertionError(
+                f"{what} on {where}: the kernel added into {touched} elements {name}: an atomic "
+                f"whose mask lets an out-of-bounds corner through; use the corner's mask")
+
+
+def check_gradient_buffer(buffers, output, inputs, grad_out, block_q, *, where, variants):
+    """One of the backward kernel's three guarded buffers against fp32 autograd of the
+    reference."""
+    which = NAMES.index(output)
+    buf = buffers[which]
+    ref = reference_grads(inputs.value, inputs.spatial_shapes, inputs.sampling_locations,
+                          inputs.attention_weights, grad_out)[which]
+    value, loc = inputs.value, inputs.sampling_locations
+    B, S, M, D = value.shape
+    what = f"msda_backward_kernel ({output})"
+    if output == "grad_value":
+        _check_grad_value_buffer(buf, value.shape, value_guard(S, M, D), ref, what=what,
+                                 where=where, variants=variants)
+        return
+    shape = loc.shape if output == "grad_loc" else inputs.attention_weights.shape
+    res = check_point_buffer(buf, shape, torch.float32,
+                             point_guard(block_q, M, loc.shape[3], loc.shape[4]), what=what,
+                             where=where)
+    expect_close(res, ref, what=what, case=where, dtype=torch.float32, backward=True,
+                 variants=variants)
+
+
+def check_big_gradients(res, case, block_q):
+    """The big case: grad_value's windows, grad_loc (scaled: d small / d big location) and
+    grad_attn against the equivalent small case's gradients."""
+    windows, gl_buf, ga_buf = res
+    small = case.small_inputs()
+    refs = reference_grads(small.value, small.spatial_shapes, small.sampling_locations,
+                           small.attention_weights, case.upstream())
+    window_shape = (case.B, case.window, case.window, case.M, case.D)
+    where = case.describe()
+    expect_close(expect_tensor(windows, "grad_value's windows", shape=window_shape),
+                 refs[0].view(window_shape),
+                 what="msda_backward_kernel (grad_value, the pixels the points touch)",
+                 case=where, dtype=torch.float32, backward=True)
+    pguard = point_guard(block_q, case.M, 1, case.K)
+    for name, buf, ref, scale in (("grad_loc", gl_buf, refs[1], case.scale),
+                                  ("grad_attn", ga_buf, refs[2], 1.0)):
+        what = f"msda_backward_kernel ({name})"
+        out = check_point_buffer(buf, ref.shape, torch.float32, pguard, what=what, where=where)
+        expect_close(out, ref * scale, what=what, case=where, dtype=torch.float32,
+                     backward=True)
+
+
+def bf16_atomics_hint(dtype, call):
+    """``call()``; a bf16 run that fails on the interpreter's missing bf16 atomic add says why."""
+    try:
+        return call()
+    except SubmissionError as exc:
+        if dtype == torch.bfloat16 and "Unsupported data type" in str(exc):
+            raise SubmissionError(
+                f"{exc}; the interpreter has no bf16 atomic add: with fp32_grad_accum=True "
+                f"grad_value must be accumulated in an fp32 buffer (and atomics must add in the "
+                f"buffer's own dtype)") from None
+        raise
+
+
+def check_three_gradients(res, inputs, grad_out, dtype, *, what, where, suffix="",
+                          named=False):
+    """msda_backward's (grad_value, grad_loc, grad_attn) against fp32 autograd of the reference
+    on the same inputs; ``named``: known mistakes are named."""
+    if not isinstance(res, (tuple, list)) or len(res) != 3:
+        raise AssertionError(f"{what} on {where}: expected a tuple of three tensors")
+    refs = reference_grads(inputs.value, inputs.spatial_shapes, inputs.sampling_locations,
+                           inputs.attention_weights, grad_out)
+    for name, got, ref in zip(NAMES, res, refs):
+        expect_close(got, ref, what=f"{what} {name}{suffix}", case=where, dtype=dtype,
+                     backward=True, expect_dtype=dtype,
+                     variants=grad_variants(inputs, grad_out, name) if named else None)
+
+
+def check_timed_gradients(measured, refs, dtype, where):
+    """The gradients of the call that was timed (a fast wrong answer earns nothing)."""
+    res = timed_output(measured)
+    if not isinstance(res, (tuple, list)) or len(res) != 3:
+        raise AssertionError(
+            f"msda_backward (the call that is timed) on {where}: expected a tuple of three tensors")
+    for name, got, ref in zip(NAMES, res, refs):
+        expect_close(got, ref, what=f"msda_backward {name} (the call that is timed) on the GPU",
+                     case=where, dtype=dtype, backward=True, expect_dtype=dtype)

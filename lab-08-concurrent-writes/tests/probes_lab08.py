@@ -1,0 +1,148 @@
+"""Probes of lab 08: what the isolated child runs next to the student's module.
+
+Each function takes the student's module first and returns tensors or plain data for the judge
+(test_lab08_atomics.py). The kernels are launched here, with the signatures the lab fixes, on
+inputs between guard bands into outputs between guards (msda_labs.grading.probes); the grader's
+own racy kernel is lab08_race.py, imported only here.
+"""
+
+import os
+
+import torch
+
+from msda_labs.grading import probes, timing
+from msda_labs.grading.guards import between_guards, cdiv, guarded, sentinel_buffer
+from msda_labs.student import runtime
+from msda_labs.truth.cases import make_inputs, seeded_generator
+from msda_labs.truth.reference import msda_reference
+
+RACE_N, RACE_BINS, RACE_SEED = 1_000_000, 64, 21
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    # In the interpreter worker: pay the interpreter's one-off costs once, before the worker
+    # forks a child per test.
+    import lab08_race
+
+    lab08_race.warm_up()
+
+
+def upstream(case) -> torch.Tensor:
+    """The seeded upstream gradient dLoss/d(output), (B, Q, M * D) fp32."""
+    return torch.randn(case.B, case.Q, case.M * case.D, generator=seeded_generator(case.seed + 7))
+
+
+def race_indices() -> torch.Tensor:
+    """The indices of the race at scale (GPU stage)."""
+    return torch.randint(0, RACE_BINS, (RACE_N,), generator=seeded_generator(RACE_SEED))
+
+
+def race_probe(module, idx, n_bins, block, measure):
+    """The submission's prediction, and what the grader's own racy kernel returns."""
+    idx = idx.to(runtime.device())
+    pred = module.predict_racy_histogram(idx, n_bins, block)
+    measured = None
+    if measure:
+        import lab08_race
+
+        measured = lab08_race.racy_histogram(idx, n_bins, block)
+    return pred, measured
+
+
+def hist_guard(block: int) -> int:
+    return max(64, 2 * block)
+
+
+def hist_probe(module, idx, n_bins, block):
+    """The submission's kernel with idx between guards holding the bin n_bins (one past the
+    last) and out between zero guards; returns the whole out buffer."""
+    dev = runtime.device()
+    guard = hist_guard(block)
+    idx_in = between_guards(idx.to(dev), guard, fill=n_bins)
+    out_buf, out = guarded((n_bins,), 0.0, torch.float32, dev, guard)
+    module.histogram_atomic_kernel[(cdiv(idx.numel(), block),)](idx_in, out, idx.numel(),
+                                                                BLOCK=block)
+    return out_buf
+
+
+def kernel_probe(module, inputs, grad_out, block_q):
+    """msda_backward_kernel as msda_backward launches it (fp32 gradients), every input between
+    NaN guards; the three whole gradient buffers."""
+    return probes.backward_into_sentinels(module.msda_backward_kernel, inputs, grad_out,
+                                          block_q=block_q)
+
+
+def big_probe(module, case, block_q):
+    """The backward kernel on a case past 2**31 value elements: every batch's window of
+    grad_value, and grad_loc and grad_attn between guards filled with the sentinel."""
+    dev = runtime.device()
+    inputs = case.big_inputs(dev)
+    loc, attn = inputs[3], inputs[4]
+    pguard = probes.point_guard(block_q, case.M, loc.shape[3], case.K)
+    grad_value = case.zeros_like_value(dev)
+    gl_buf, grad_loc = sentinel_buffer(loc.shape, loc.dtype, dev, pguard)
+    ga_buf, grad_attn = sentinel_buffer(attn.shape, attn.dtype, dev, pguard)
+    g = case.upstream().to(dev).reshape(case.B, case.Q, case.M, case.D)
+    probes.launch_backward(module.msda_backward_kernel, inputs, between_guards(g, pguard),
+                           (grad_value, grad_loc, grad_attn), block_q=block_q)
+    return case.windows_of(grad_value), gl_buf, ga_buf
+
+
+def wrapper_probe(module, inputs, grad_out, starts, kwargs):
+    """msda_backward on ``inputs``; level_start_index=None unless ``starts``."""
+    value, shapes, given_starts, loc, attn = probes.on_device(inputs)
+    return module.msda_backward(value, shapes, given_starts if starts else None, loc, attn,
+                                grad_out.to(value.device), **kwargs)
+
+
+# -- GPU probes -----------------------------------------------------------------------------------
+def gpu_race_probe(module):
+    """The grader's racy histogram and the submission's atomic one, a million indices."""
+    import lab08_race
+
+    idx = race_indices().to(runtime.device())
+    racy = lab08_race.racy_histogram(idx, RACE_BINS, 256)
+    atomic = module.histogram_atomic(idx, RACE_BINS)
+    torch.cuda.synchronize()
+    return racy, atomic
+
+
+def gpu_backward_probe(module, case, dtype_name, fp32_grad_accum):
+    dtype = getattr(torch, dtype_name)
+    dev = runtime.device()
+    value, shapes, starts, loc, attn = make_inputs(case, dtype, device=dev)
+    grad_out = upstream(case).to(device=dev, dtype=dtype)
+    res = module.msda_backward(value, shapes, starts, loc, attn, grad_out,
+                               fp32_grad_accum=fp32_grad_accum)
+    torch.cuda.synchronize()
+    return res
+
+
+def speed_probe(module, case, dtype_name):
+    """msda_backward, the reference's forward + backward and forward alone, and (where the kit
+    has it) the lab 08 chip, on the same device inputs, timed side by side; the gradients of
+    your first call come back."""
+    dtype = getattr(torch, dtype_name)
+    dev = runtime.device()
+    value, shapes, starts, loc, attn = make_inputs(case, dtype, device=dev)
+    grad_out = upstream(case).to(device=dev, dtype=dtype)
+    # The reference reads the level sizes as Python ints: from a CPU copy, so that no call waits
+    # for the device (a call that waits cannot be captured in a CUDA graph).
+    host_shapes = shapes.cpu()
+    leaves = tuple(t.detach().requires_grad_() for t in (value, loc, attn))
+
+    def reference_forward_backward():
+        out = msda_reference(leaves[0], host_shapes, leaves[1], leaves[2])
+        return torch.autograd.grad(out, leaves, grad_out)
+
+    def reference_forward():
+        with torch.no_grad():
+            return msda_reference(leaves[0], host_shapes, leaves[1], leaves[2])
+
+    chip = timing.chip_function("lab08", "msda_backward")
+    return timing.race_all({
+        "yours": lambda: module.msda_backward(value, shapes, starts, loc, attn, grad_out),
+        "reference": reference_forward_backward,
+        "reference_forward": reference_forward,
+        "chip": None if chip is None else (lambda: chip(value, shapes, starts, loc, attn,
+                                                        grad_out)),
+    })
