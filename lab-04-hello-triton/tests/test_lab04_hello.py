@@ -1,27 +1,19 @@
 """Grading tests of lab 04 (hello, Triton). Run them with `nox -s lab04`.
 
-Each probe launches the student's kernel itself, with the signature the lab fixes, into an output
-surrounded by guard bands and pre-filled with a sentinel bit pattern: an element never written and
-an element written past either end are both visible, which the interpreter (no bounds checks)
-would otherwise hide. Inputs sit between guard bands too, so a stray read returns NaN (or, for
-indices, a harmless -1) instead of whatever memory lies there.
+The probes (probes_lab04.py) launch the student's kernel into an output between guard bands,
+pre-filled with a sentinel bit pattern: an element never written and an element written past
+either end are both visible, which the interpreter (no bounds checks) would otherwise hide. Inputs
+sit between guard bands too, so a stray read returns NaN (or, for indices, a harmless -1) instead
+of whatever memory lies there. Here, the judge: cases, the buffers' checks, the comparisons.
 """
 
+import probes_lab04 as probes
 import pytest
 import torch
 
 from msda_labs.grading import expect_close
-from msda_labs.grading.guards import (
-    between_guards,
-    cdiv,
-    check_sentinel_buffer,
-    literal,
-    pow2,
-    run_probe,
-    sentinel_buffer,
-)
+from msda_labs.grading.guards import check_sentinel_buffer, literal, run_probe
 from msda_labs.mistakes import msda_variants
-from msda_labs.student import runtime
 from msda_labs.truth.cases import Case, make_inputs, seeded_generator
 from msda_labs.truth.reference import msda_reference
 
@@ -30,60 +22,6 @@ TITLE = "Hello, Triton"
 MODE = "interpret"
 TASKS = {"4.1": "copy2d_kernel", "4.2": "gather_kernel", "4.3": "bilinear_kernel"}
 
-_IN_GUARD = 16  # guard band around each input (guards.py says what guards and sentinels catch)
-
-
-# -- probe side (runs in the isolated child) -----------------------------------------------------
-def _between_guards(t: torch.Tensor, fill=float("nan")) -> torch.Tensor:
-    """A copy of ``t`` inside a flat buffer with _IN_GUARD ``fill`` elements on each side."""
-    return between_guards(t, _IN_GUARD, fill)
-
-
-def _copy_guard(block_r: int, block_c: int) -> int:
-    return max(64, 2 * block_r * block_c)
-
-
-def _copy_probe(module, x, block_r, block_c):
-    dev = runtime.device()
-    R, C = x.shape
-    buf, out = sentinel_buffer((R, C), x.dtype, dev, _copy_guard(block_r, block_c))
-    grid = (cdiv(R, block_r), cdiv(C, block_c))
-    module.copy2d_kernel[grid](_between_guards(x.to(dev)), out, R, C, BLOCK_R=block_r,
-                               BLOCK_C=block_c)
-    return buf
-
-
-def _gather_guard(block: int) -> int:
-    return max(64, 2 * block)
-
-
-def _gather_probe(module, src, idx, block):
-    dev = runtime.device()
-    n = idx.numel()
-    buf, out = sentinel_buffer((n,), src.dtype, dev, _gather_guard(block))
-    # Past the ends of idx lie -1s: read through, they land in src's NaN guard, not in the wild.
-    module.gather_kernel[(cdiv(n, block),)](_between_guards(src.to(dev)),
-                                            _between_guards(idx.to(dev), fill=-1), out, n,
-                                            BLOCK=block)
-    return buf
-
-
-def _bilinear_guard(block_q: int, D: int) -> int:
-    return max(64, 2 * block_q * pow2(D))
-
-
-def _bilinear_probe(module, image, loc, block_q):
-    dev = runtime.device()
-    H, W, D = image.shape
-    Q = loc.shape[0]
-    buf, out = sentinel_buffer((Q, D), image.dtype, dev, _bilinear_guard(block_q, D))
-    value = _between_guards(image.reshape(H * W, D).to(dev))
-    module.bilinear_kernel[(cdiv(Q, block_q),)](value, _between_guards(loc.to(dev)), out, Q, H,
-                                                W, D=D, BLOCK_Q=block_q, BLOCK_D=pow2(D))
-    return buf
-
-
-# -- judge side -----------------------------------------------------------------------------------
 _CRASH_HINT = ("in the interpreter a crash is almost always a load or store at a wild address "
                "(an unmasked lane, or an offset computed wrongly)")
 
@@ -118,10 +56,10 @@ _COPY_UNWRITTEN = ("check that element (r, c) is at offset r * C + c (C, not BLO
 def _check_copy(submission, shape, block_r, block_c, dtype=torch.float32, *, seed: int,
                 overrun_hint: str):
     x = torch.randn(*shape, generator=seeded_generator(seed)).to(dtype)
-    buf = _run(submission, _copy_probe, x, block_r, block_c)
+    buf = _run(submission, probes.copy_probe, x, block_r, block_c)
     where = (f"copy2d_kernel on a {shape[0]}x{shape[1]} {str(dtype).replace('torch.', '')} "
              f"matrix with {block_r}x{block_c} tiles")
-    res = _unpack(buf, shape, dtype, _copy_guard(block_r, block_c), where=where,
+    res = _unpack(buf, shape, dtype, probes.copy_guard(block_r, block_c), where=where,
                   overrun_hint=overrun_hint, unwritten_hint=_COPY_UNWRITTEN)
     expect_close(res, x, what=where, rtol=0.0, atol=0.0)
 
@@ -160,10 +98,10 @@ _GATHER_UNWRITTEN = "out[i] must be written for every i < n: store at out_ptr + 
 
 
 def _check_gather(submission, src, idx, block, *, what, variants=None):
-    buf = _run(submission, _gather_probe, src, idx, block)
+    buf = _run(submission, probes.gather_probe, src, idx, block)
     where = (f"gather_kernel with {src.numel()} values, {idx.numel()} indices and "
              f"BLOCK={block} ({what})")
-    res = _unpack(buf, (idx.numel(),), src.dtype, _gather_guard(block), where=where,
+    res = _unpack(buf, (idx.numel(),), src.dtype, probes.gather_guard(block), where=where,
                   overrun_hint=_GATHER_OVERRUN, unwritten_hint=_GATHER_UNWRITTEN)
     expect_close(res, src[idx], what=where, rtol=0.0, atol=0.0, variants=variants)
 
@@ -219,7 +157,7 @@ def _image_case(case: Case, dtype=torch.float32):
 def _check_bilinear(submission, case: Case, block_q: int, dtype=torch.float32, *,
                     overrun_hint=_QD_OVERRUN):
     image, loc, inputs = _image_case(case, dtype)
-    buf = _run(submission, _bilinear_probe, image, loc, block_q)
+    buf = _run(submission, probes.bilinear_probe, image, loc, block_q)
     (H, W), D, Q = case.shapes[0], case.D, case.Q
     where = (f"bilinear_kernel on a {H}x{W}x{D} {str(dtype).replace('torch.', '')} image at "
              f"{Q} locations")
@@ -228,7 +166,7 @@ def _check_bilinear(submission, case: Case, block_q: int, dtype=torch.float32, *
     elif case.loc_lo < 0 or case.loc_hi > 1:
         where += f" in [{case.loc_lo:g}, {case.loc_hi:g}) (some outside the image)"
     where += f", BLOCK_Q={block_q}"
-    res = _unpack(buf, (Q, D), dtype, _bilinear_guard(block_q, D), where=where,
+    res = _unpack(buf, (Q, D), dtype, probes.bilinear_guard(block_q, D), where=where,
                   overrun_hint=overrun_hint, unwritten_hint=_BILINEAR_UNWRITTEN)
     value, shapes, _starts, loc6, ones = inputs
     ref = msda_reference(value.double(), shapes, loc6.double(), ones.double()).reshape(Q, D)

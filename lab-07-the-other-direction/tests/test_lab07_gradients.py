@@ -1,15 +1,16 @@
 """Grading tests of lab 07 (the other direction). Run them with `nox -s lab07`.
 
 Every gradient is compared with fp32 autograd of the grid_sample reference on the same seeded
-inputs and a seeded upstream gradient, at the backward tolerance of fp32.
+inputs and a seeded upstream gradient, at the backward tolerance of fp32. The probes
+(probes_lab07.py) call the student's functions in the isolated child; this file judges.
 """
 
+import probes_lab07 as probes
 import pytest
 import torch
-from torch.overrides import TorchFunctionMode
 
 from msda_labs.grading import expect_close
-from msda_labs.mistakes.gradients import grad_variants, lost_update_grad_value
+from msda_labs.mistakes import grad_variants, lost_update_grad_value
 from msda_labs.truth.cases import STANDARD_CASES, Case, make_inputs, seeded_generator
 from msda_labs.truth.reference import reference_grads
 
@@ -42,22 +43,6 @@ def upstream(case: Case) -> torch.Tensor:
     return torch.randn(case.B, case.Q, case.M * case.D, generator=gen)
 
 
-def _one_gradient(module, which, value, shapes, starts, loc, attn, grad_out):
-    """Probe: one of the three gradients, set up exactly as msda_backward_torch does it."""
-    B, S, M, D = value.shape
-    Q = loc.shape[1]
-    corners = module.gather_corners(value, shapes, starts, loc)
-    g = grad_out.float().reshape(B, Q, M, D)
-    a = attn.float()
-    if which == "grad_attn":
-        return module.grad_attention_weights(corners, g)
-    if which == "grad_loc":
-        return module.grad_sampling_locations(corners, g, a)
-    rows = torch.zeros(B * S * M, D)
-    res = module.scatter_grad_value(rows, corners, g, a)
-    return rows if res is None else res  # adding in place and returning nothing is fine too
-
-
 def _as_grad_value(res, shape):
     """Rows (B*S*M, D) back to (B, S, M, D) for readable feedback."""
     if isinstance(res, torch.Tensor) and res.dim() == 2 and res.numel() == shape.numel():
@@ -79,64 +64,26 @@ def _check_rules(submission, which):
             )
 
 
-def _check(submission, which, case, inputs, grad_out, variants=None):
-    _check_rules(submission, which)
-    res = submission.run(_one_gradient, which, *inputs, grad_out)
-    ref = reference_grads(
-        inputs.value,
-        inputs.spatial_shapes,
-        inputs.sampling_locations,
-        inputs.attention_weights,
-        grad_out,
-    )[WHICH[which]]
+def _reference(inputs, grad_out, which) -> torch.Tensor:
+    """fp32 autograd of the grid_sample reference: the gradient ``which``."""
+    value, shapes, _starts, loc, attn = inputs
+    return reference_grads(value, shapes, loc, attn, grad_out)[WHICH[which]]
+
+
+def _expect_gradient(res, ref, which, case_text, variants=None):
     if which == "grad_value":
         res = _as_grad_value(res, ref.shape)
-    if variants is None:
-        variants = grad_variants(inputs, grad_out, which)
-    expect_close(
-        res,
-        ref,
-        what=f"{FUNCTION[which]} ({which})",
-        case=case.describe(),
-        dtype=torch.float32,
-        backward=True,
-        expect_dtype=torch.float32,
-        variants=variants,
-    )
+    expect_close(res, ref, what=f"{FUNCTION[which]} ({which})", case=case_text,
+                 dtype=torch.float32, backward=True, expect_dtype=torch.float32,
+                 variants=variants)
 
 
-class _CountCalls(TorchFunctionMode):
-    def __init__(self):
-        super().__init__()
-        self.calls = 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.calls += 1
-        return func(*args, **(kwargs or {}))
-
-
-def _torch_calls(module, which, small, big):
-    """Probe: how many torch calls the task function makes on a small and on a big problem, and
-    its result on the big one (the rule only counts for a function that works)."""
-    counts, res = [], None
-    for inputs, grad_out in (small, big):
-        value, shapes, starts, loc, attn = inputs
-        B, S, M, D = value.shape
-        Q = loc.shape[1]
-        corners = module.gather_corners(value, shapes, starts, loc)
-        g = grad_out.float().reshape(B, Q, M, D)
-        a = attn.float()
-        rows = torch.zeros(B * S * M, D)
-        with _CountCalls() as counter:
-            if which == "grad_attn":
-                res = module.grad_attention_weights(corners, g)
-            elif which == "grad_loc":
-                res = module.grad_sampling_locations(corners, g, a)
-            else:
-                res = module.scatter_grad_value(rows, corners, g, a)
-                res = rows if res is None else res
-        counts.append(counter.calls)
-    return counts, res
+def _check(submission, which, case):
+    _check_rules(submission, which)
+    inputs, grad_out = make_inputs(case), upstream(case)
+    res = submission.run(probes.one_gradient, which, *inputs, grad_out)
+    _expect_gradient(res, _reference(inputs, grad_out, which), which, case.describe(),
+                     grad_variants(inputs, grad_out, which))
 
 
 SMALL = Case("small", B=1, Q=2, M=1, D=2, shapes=((3, 4), (2, 2)), K=2)
@@ -147,26 +94,8 @@ def _check_vectorized(submission, which):
     _check_rules(submission, which)
     small = (make_inputs(SMALL), upstream(SMALL))
     big = (make_inputs(BIG), upstream(BIG))
-    (n_small, n_big), res = submission.run(_torch_calls, which, small, big)
-    inputs, grad_out = big
-    ref = reference_grads(
-        inputs.value,
-        inputs.spatial_shapes,
-        inputs.sampling_locations,
-        inputs.attention_weights,
-        grad_out,
-    )[WHICH[which]]
-    if which == "grad_value":
-        res = _as_grad_value(res, ref.shape)
-    expect_close(
-        res,
-        ref,
-        what=f"{FUNCTION[which]} ({which})",
-        case=BIG.describe(),
-        dtype=torch.float32,
-        backward=True,
-        expect_dtype=torch.float32,
-    )
+    (n_small, n_big), res = submission.run(probes.torch_calls, which, small, big)
+    _expect_gradient(res, _reference(*big, which), which, BIG.describe())
     if int(n_big) > int(n_small):
         raise AssertionError(
             f"rule: {FUNCTION[which]} makes {n_small} torch calls for B=1 Q=2 M=1 D=2 but "
@@ -180,7 +109,7 @@ def _check_vectorized(submission, which):
 @pytest.mark.task("7.1", points=1)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_grad_attention_weights(submission, case):
-    _check(submission, "grad_attn", case, make_inputs(case), upstream(case))
+    _check(submission, "grad_attn", case)
 
 
 @pytest.mark.task("7.1", points=1)
@@ -193,7 +122,7 @@ def test_grad_attention_weights_is_vectorized(submission):
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 @pytest.mark.rule("xy-order")
 def test_grad_sampling_locations(submission, case):
-    _check(submission, "grad_loc", case, make_inputs(case), upstream(case))
+    _check(submission, "grad_loc", case)
 
 
 @pytest.mark.task("7.2", points=1)
@@ -206,7 +135,7 @@ def test_grad_sampling_locations_is_vectorized(submission):
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 @pytest.mark.rule("mask-corners", "zero-padding")
 def test_scatter_grad_value(submission, case):
-    _check(submission, "grad_value", case, make_inputs(case), upstream(case))
+    _check(submission, "grad_value", case)
 
 
 SHARED = Case("shared_pixels", B=1, Q=8, M=1, D=3, shapes=((4, 5),), K=1, seed=5)
@@ -232,17 +161,8 @@ def test_scatter_grad_value_shared_pixels(submission):
         f"same weight and upstream gradient"
     )
     _check_rules(submission, "grad_value")
-    res = _as_grad_value(submission.run(_one_gradient, "grad_value", *inputs, grad_out), ref.shape)
-    expect_close(
-        res,
-        ref,
-        what="scatter_grad_value (grad_value)",
-        case=what,
-        dtype=torch.float32,
-        backward=True,
-        expect_dtype=torch.float32,
-        variants=variants,
-    )
+    res = submission.run(probes.one_gradient, "grad_value", *inputs, grad_out)
+    _expect_gradient(res, ref, "grad_value", what, variants)
 
 
 @pytest.mark.task("7.3", points=1)

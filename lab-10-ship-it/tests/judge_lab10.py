@@ -1,0 +1,61 @@
+"""Judge-side checks of lab 10 that both test files use: test_lab10_operator.py (Tasks
+10.1-10.3) and test_lab10_suite.py (Task 10.4). The references are computed here, on the CPU,
+from the seeds the probes (probes_lab10.py) build their device inputs from; nothing here runs
+student code: it reads what the probes sent back.
+"""
+
+import functools
+
+import probes_lab10 as probes
+from probes_lab10 import DTYPES
+
+from msda_labs.grading import expect_close
+from msda_labs.truth.cases import Case, make_inputs
+from msda_labs.truth.reference import msda_reference, reference_grads
+
+# Small cases for the interpreter (about a millisecond per program and (level, point) pair).
+RAGGED = Case("ragged_queries", B=1, Q=37, M=1, D=3, shapes=((5, 6),), K=1, seed=3)
+TWO_LEVELS = Case("two_levels", B=1, Q=6, M=2, D=4, shapes=((4, 5), (2, 3)), K=2, seed=2)
+# Distinct sizes, so that a shape in a message can only mean one thing: value (2, 16, 4, 5),
+# spatial_shapes (2, 2), level_start_index (2,), locations (2, 3, 4, 2, 3, 2), weights
+# (2, 3, 4, 2, 3).
+VCASE = Case("validation", B=2, Q=3, M=4, D=5, shapes=((3, 4), (2, 2)), K=3, seed=4)
+
+
+@functools.cache
+def reference(case, dtype_name):
+    """fp32 reference output and gradients on the inputs as rounded to ``dtype_name``."""
+    value, shapes, _, loc, attn = make_inputs(case, DTYPES[dtype_name])
+    out = msda_reference(value.float(), shapes, loc.float(), attn.float())
+    return out, reference_grads(value, shapes, loc, attn, probes.grad_out(case, dtype_name))
+
+
+ORDER_HINT = ("backward returns one gradient per input of forward, in forward's order: "
+              "(grad_value, None, None, grad_loc, grad_attn, None)")
+
+
+def check_output(res, case, dtype_name, what):
+    """The output the probe sent back (``res["out"]``) against the reference."""
+    expect_close(res["out"], reference(case, dtype_name)[0], what=what,
+                 case=f"{case.describe()} in {dtype_name}", dtype=DTYPES[dtype_name])
+
+
+def check_grads(res, case, dtype_name, what):
+    """The three gradients the probe sent back (``res["grads"]``) against the reference's, or
+    autograd's error (``res["backward_error"]``) worded as feedback."""
+    if "backward_error" in res:
+        raise AssertionError(f"{what}: backward failed on {case.describe()}: "
+                             f"{res['backward_error']}; {ORDER_HINT}")
+    for name, got, ref in zip(("value", "sampling_locations", "attention_weights"),
+                              res["grads"], reference(case, dtype_name)[1]):
+        if got is None:
+            raise AssertionError(f"{what}: {name}.grad is None after backward on "
+                                 f"{case.describe()}; {ORDER_HINT}")
+        expect_close(got, ref, what=f"{what}: the gradient of {name}",
+                     case=f"{case.describe()} in {dtype_name}", dtype=DTYPES[dtype_name],
+                     backward=True)
+
+
+def run_msda(submission, case, dtype_name, **kwargs):
+    """:func:`probes_lab10.msda_probe` in the isolated child."""
+    return submission.run(probes.msda_probe, case, dtype_name, **kwargs)
