@@ -46,3 +46,41 @@ def test_a_worker_that_imports_the_command_line_breaks_the_contracts(tmp_path):
     assert "The grading worker imports neither the command line" in broken, proc.stdout
     assert "Layers: each layer imports only the layers below it" in broken, proc.stdout
     assert "msda_labs.grading.plugin -> msda_labs.cli" in broken, proc.stdout
+
+
+# The lab test modules live outside the package, where import-linter does not look. They are the
+# judge and the child's probes; they may use the grading core and the course's truth, never the
+# layers that decide where and how a whole grade runs.
+_LAB_TESTS_MAY_NOT = ("msda_labs.cli", "msda_labs.flow", "msda_labs.classroom", "msda_labs.gpu",
+                      "msda_labs.authoring", "msda_labs.__main__")
+
+
+def _kit_imports(path: Path) -> list[tuple[int, str]]:
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.append((node.lineno, node.module))
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def _upward_imports(folder: Path) -> list[str]:
+    return [f"{path.relative_to(folder)}:{line}: imports {name}"
+            for path in sorted(folder.glob("lab-*/tests/*.py"))
+            for line, name in _kit_imports(path)
+            if any(name == bad or name.startswith(bad + ".") for bad in _LAB_TESTS_MAY_NOT)]
+
+
+def test_lab_test_modules_import_only_the_grading_core_and_the_course(tmp_path):
+    assert _upward_imports(ROOT) == []
+    # and the check sees such an import: a lab test module that reaches for the GPU runner
+    fake = tmp_path / "lab-99-x" / "tests"
+    fake.mkdir(parents=True)
+    (fake / "probes_lab99.py").write_text("from msda_labs.gpu import runner\n")
+    assert _upward_imports(tmp_path) == ["lab-99-x/tests/probes_lab99.py:1: imports msda_labs.gpu",
+                                         "lab-99-x/tests/probes_lab99.py:1: imports "
+                                         "msda_labs.gpu.runner"]

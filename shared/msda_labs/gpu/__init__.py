@@ -11,9 +11,8 @@ This package only hands names on; the sub-modules, one job each:
     runner     run_gpu_stage: local CUDA, else Modal, else GpuUnavailable with the how-to
     body       what runs on the GPU machine: settings, artifacts, grading one stage there
     modal_app  the Modal app: image with pinned torch/triton, the lab and this package as sources
-    speed      device-time comparison of the student's operator with the chip (for lab tests)
-    bench      device-timing helpers of lab 06 (bandwidth, the wide-vs-narrow race)
     prove      the harness that proves every GPU stage on real hardware (chip, slow, wrong)
+    opbench    the operator benchmark of nox -s bench (report: opbench_report)
 
 Importing this package imports neither torch nor modal.
 """
