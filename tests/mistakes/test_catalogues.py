@@ -78,3 +78,11 @@ def test_each_backward_mistake_shows_exactly_where_it_says(name):
     for output, res, ref in zip(GRAD_OUTPUTS, wrong, right):
         changed = not torch.allclose(res, ref, rtol=1e-9, atol=1e-9)
         assert changed == (output in GRAD[name].why), (name, output)
+
+
+def test_every_name_the_package_lists_loads():
+    import msda_labs.mistakes as package
+
+    assert sorted(package.__all__) == sorted(n for names in package._HOMES.values() for n in names)
+    for name in package.__all__:
+        assert getattr(package, name) is not None
