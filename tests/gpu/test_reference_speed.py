@@ -8,13 +8,12 @@ stand-in for the student's operator, plain and made slow the way the H200 harnes
 judge's helper itself (check_reference_speed) is proved in tests/grading/test_timing.py.
 """
 
-import importlib.util
-import sys
 import types
 from pathlib import Path
 
 import pytest
 import torch
+from kit import FakeSubmission, load_file_module, made_up_timing
 
 from msda_labs.gpu.prove import make_variant
 from msda_labs.grading import timing as timing_module
@@ -25,44 +24,15 @@ from msda_labs.truth.reference import msda_reference
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class _Session:
-    def __init__(self):
-        self.notes = []
-
-
-class _FakeSubmission:
-    """Stands in for the grader's ``submission`` fixture: ``run`` hands back a canned result."""
-
-    def __init__(self, result=None, module=None):
-        self._session = _Session()
-        self.result = result
-        self.module = module
-
-    def run(self, probe, *args, **kwargs):
-        if self.module is not None:  # run the probe here, on the given module
-            return probe(self.module, *args, **kwargs)
-        return self.result
-
-
-def _timing(yours=13.0, reference=70.0, chip=12.5, method="cuda-graph", **extra):
-    times = {"yours": yours, "reference": reference}
-    if chip is not None:
-        times["chip"] = chip
-    times.update(extra)
-    return {"times_us": times, "method": method, "reps": 30, "device": "NVIDIA H200",
-            "flushed_l2": method != "wall-clock", "outputs": {}}
-
-
 def _load_lab_tests(folder: str, name: str) -> types.ModuleType:
     path = ROOT / folder / "tests" / name
-    spec = importlib.util.spec_from_file_location(f"_speed_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(path.parent))  # a lab's tests may import helpers beside them
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(path.parent))
-    return module
+    return load_file_module(path, f"_speed_{path.stem}", beside=True)
+
+
+def _assert_a_gpu_speed_test_worth_two_points(test, task: str) -> None:
+    marks = {m.name: m for m in test.pytestmark}
+    assert marks["stage"].args == ("gpu",)
+    assert marks["task"].args == (task,) and marks["task"].kwargs["points"] == 2
 
 
 def _speed_probe(lab_tests: types.ModuleType):
@@ -102,43 +72,40 @@ def _small_case(module, monkeypatch):
 
 
 def test_lab05_speed_test_is_a_gpu_test_worth_points(lab05):
-    test = lab05.test_forward_speed_against_the_reference
-    marks = {m.name: m for m in test.pytestmark}
-    assert marks["stage"].args == ("gpu",)
-    assert marks["task"].args == ("5.5",) and marks["task"].kwargs["points"] == 2
+    _assert_a_gpu_speed_test_worth_two_points(lab05.test_forward_speed_against_the_reference, "5.5")
     assert lab05.SPEED_CASE.id == "decoder" and lab05.SPEED_LIMIT == REFERENCE_LIMIT
 
 
 def test_lab05_right_and_fast_passes(lab05, monkeypatch):
     _small_case(lab05, monkeypatch)
-    timing = _timing()
+    timing = made_up_timing()
     timing["outputs"]["yours"] = lab05._case_reference(MULTI_LEVEL, "float16").half()
-    sub = _FakeSubmission(timing)
+    sub = FakeSubmission(timing)
     lab05.test_forward_speed_against_the_reference(sub)
     assert len(sub._session.notes) == 1 and "the lab 05 chip 12.5 us" in sub._session.notes[0]
     del timing["times_us"]["chip"]  # the exported lab 05: no chip, the same grade
-    lab05.test_forward_speed_against_the_reference(_FakeSubmission(timing))
+    lab05.test_forward_speed_against_the_reference(FakeSubmission(timing))
 
 
 def test_lab05_slow_fails_on_speed(lab05, monkeypatch):
     _small_case(lab05, monkeypatch)
-    timing = _timing(yours=2013.0)
+    timing = made_up_timing(yours=2013.0)
     timing["outputs"]["yours"] = lab05._case_reference(MULTI_LEVEL, "float16").half()
     with pytest.raises(AssertionError, match="^too slow: speed of msda_forward"):
-        lab05.test_forward_speed_against_the_reference(_FakeSubmission(timing))
+        lab05.test_forward_speed_against_the_reference(FakeSubmission(timing))
 
 
 def test_lab05_fast_and_wrong_fails_on_the_output(lab05, monkeypatch):
     _small_case(lab05, monkeypatch)
-    timing = _timing(yours=1.0)
+    timing = made_up_timing(yours=1.0)
     out = lab05._case_reference(MULTI_LEVEL, "float16").half().contiguous()
     out.view(-1)[3] += 1.0
     timing["outputs"]["yours"] = out
     with pytest.raises(AssertionError, match="the call that is timed"):
-        lab05.test_forward_speed_against_the_reference(_FakeSubmission(timing))
+        lab05.test_forward_speed_against_the_reference(FakeSubmission(timing))
     timing["outputs"] = {}
     with pytest.raises(AssertionError):
-        lab05.test_forward_speed_against_the_reference(_FakeSubmission(timing))
+        lab05.test_forward_speed_against_the_reference(FakeSubmission(timing))
 
 
 def test_lab05_probe_plumbing_on_the_cpu(lab05, monkeypatch):
@@ -160,7 +127,7 @@ def test_lab05_probe_plumbing_on_the_cpu(lab05, monkeypatch):
     _small_case(lab05, monkeypatch)
     monkeypatch.setattr(lab05, "SPEED_DTYPE", "float32")
     with pytest.raises(AssertionError, match="^too slow"):
-        lab05.test_forward_speed_against_the_reference(_FakeSubmission(module=slow))
+        lab05.test_forward_speed_against_the_reference(FakeSubmission(module=slow))
 
 
 # -- lab 08 --------------------------------------------------------------------------------------
@@ -189,28 +156,27 @@ def _small_backward_case(module, monkeypatch):
 
 
 def _backward_timing(module, yours=50.0, chip=45.0, **kwargs):
-    timing = _timing(yours=yours, reference=260.0, chip=chip, reference_forward=60.0, **kwargs)
+    timing = made_up_timing(yours=yours, reference=260.0, chip=chip, reference_forward=60.0,
+                            **kwargs)
     timing["outputs"]["yours"] = tuple(t.clone() for t in
                                        module._speed_reference(MULTI_LEVEL, "float32"))
     return timing
 
 
 def test_lab08_speed_test_is_a_gpu_test_worth_points(lab08):
-    test = lab08.test_backward_speed_against_the_reference
-    marks = {m.name: m for m in test.pytestmark}
-    assert marks["stage"].args == ("gpu",)
-    assert marks["task"].args == ("8.4",) and marks["task"].kwargs["points"] == 2
+    _assert_a_gpu_speed_test_worth_two_points(lab08.test_backward_speed_against_the_reference,
+                                              "8.4")
     assert lab08.SPEED_CASE.id == "decoder" and lab08.SPEED_DTYPE == "float32"
 
 
 def test_lab08_right_and_fast_passes_with_or_without_the_chip(lab08, monkeypatch):
     _small_backward_case(lab08, monkeypatch)
-    sub = _FakeSubmission(_backward_timing(lab08))
+    sub = FakeSubmission(_backward_timing(lab08))
     lab08.test_backward_speed_against_the_reference(sub)
     (note,) = sub._session.notes
     assert "the backward of the PyTorch reference (grid_sample, autograd) 200.0 us" in note
     assert "0.25x its time" in note and "the lab 08 chip 45.0 us = 1.11x" in note
-    sub = _FakeSubmission(_backward_timing(lab08, chip=None))
+    sub = FakeSubmission(_backward_timing(lab08, chip=None))
     lab08.test_backward_speed_against_the_reference(sub)
     assert "the lab 08 chip is not in this copy of the kit" in sub._session.notes[0]
 
@@ -219,7 +185,7 @@ def test_lab08_slow_fails_on_speed(lab08, monkeypatch):
     _small_backward_case(lab08, monkeypatch)
     with pytest.raises(AssertionError, match="^too slow: speed of msda_backward"):
         lab08.test_backward_speed_against_the_reference(
-            _FakeSubmission(_backward_timing(lab08, yours=2050.0)))
+            FakeSubmission(_backward_timing(lab08, yours=2050.0)))
 
 
 @pytest.mark.parametrize("which", [0, 1, 2], ids=["grad_value", "grad_loc", "grad_attn"])
@@ -231,10 +197,10 @@ def test_lab08_fast_and_wrong_fails_on_the_gradients(lab08, monkeypatch, which):
     timing["outputs"]["yours"] = tuple(grads)
     name = ("grad_value", "grad_loc", "grad_attn")[which]
     with pytest.raises(AssertionError, match=f"{name} \\(the call that is timed\\)"):
-        lab08.test_backward_speed_against_the_reference(_FakeSubmission(timing))
+        lab08.test_backward_speed_against_the_reference(FakeSubmission(timing))
     timing["outputs"]["yours"] = tuple(grads[:2])
     with pytest.raises(AssertionError, match="expected a tuple of three tensors"):
-        lab08.test_backward_speed_against_the_reference(_FakeSubmission(timing))
+        lab08.test_backward_speed_against_the_reference(FakeSubmission(timing))
 
 
 def test_lab08_probe_plumbing_on_the_cpu(lab08, monkeypatch):
@@ -252,7 +218,7 @@ def test_lab08_probe_plumbing_on_the_cpu(lab08, monkeypatch):
     slow = _module(make_variant(BACKWARD_STANDIN, "slow"), "standin_lab08_slow")
     _small_backward_case(lab08, monkeypatch)
     with pytest.raises(AssertionError, match="^too slow"):
-        lab08.test_backward_speed_against_the_reference(_FakeSubmission(module=slow))
+        lab08.test_backward_speed_against_the_reference(FakeSubmission(module=slow))
 
 
 # -- lab 10 --------------------------------------------------------------------------------------
@@ -279,29 +245,26 @@ def _lab10_reference(case):
 
 
 def _step_timing(module, yours=180.0, chip=170.0, case=MULTI_LEVEL, **kwargs):
-    timing = _timing(yours=yours, reference=400.0, chip=chip, method="cuda-events", **kwargs)
+    timing = made_up_timing(yours=yours, reference=400.0, chip=chip, method="cuda-events", **kwargs)
     out, grads = _lab10_reference(case)
     timing["outputs"]["yours"] = (out.contiguous(), *(g.contiguous() for g in grads))
     return timing
 
 
 def test_lab10_speed_test_is_a_gpu_test_worth_points(lab10):
-    test = lab10.test_gpu_speed_against_the_reference
-    marks = {m.name: m for m in test.pytestmark}
-    assert marks["stage"].args == ("gpu",)
-    assert marks["task"].args == ("10.4",) and marks["task"].kwargs["points"] == 2
+    _assert_a_gpu_speed_test_worth_two_points(lab10.test_gpu_speed_against_the_reference, "10.4")
     assert lab10.SPEED_CASE.id == "decoder" and lab10.SPEED_DTYPE == "float32"
 
 
 def test_lab10_right_and_fast_passes_with_or_without_the_chip(lab10, monkeypatch):
     monkeypatch.setattr(lab10, "SPEED_CASE", MULTI_LEVEL)
-    sub = _FakeSubmission(_step_timing(lab10))
+    sub = FakeSubmission(_step_timing(lab10))
     lab10.test_gpu_speed_against_the_reference(sub)
     (note,) = sub._session.notes
     assert "the same step of the PyTorch reference (grid_sample, autograd) 400.0 us" in note
     assert "0.45x its time" in note and "the lab 10 chip 170.0 us = 1.06x" in note
     assert "median of 30 cuda-events runs" in note
-    sub = _FakeSubmission(_step_timing(lab10, chip=None))
+    sub = FakeSubmission(_step_timing(lab10, chip=None))
     lab10.test_gpu_speed_against_the_reference(sub)
     assert "the lab 10 chip is not in this copy of the kit" in sub._session.notes[0]
 
@@ -310,7 +273,7 @@ def test_lab10_slow_fails_on_speed(lab10, monkeypatch):
     monkeypatch.setattr(lab10, "SPEED_CASE", MULTI_LEVEL)
     with pytest.raises(AssertionError, match="^too slow: speed of msda forward"):
         lab10.test_gpu_speed_against_the_reference(
-            _FakeSubmission(_step_timing(lab10, yours=4400.0)))
+            FakeSubmission(_step_timing(lab10, yours=4400.0)))
 
 
 @pytest.mark.parametrize("which", [0, 1, 2, 3])
@@ -322,10 +285,10 @@ def test_lab10_fast_and_wrong_fails_on_the_step(lab10, monkeypatch, which):
     parts[which].view(-1)[0] += 1.0
     timing["outputs"]["yours"] = tuple(parts)
     with pytest.raises(AssertionError, match="the step that is timed"):
-        lab10.test_gpu_speed_against_the_reference(_FakeSubmission(timing))
+        lab10.test_gpu_speed_against_the_reference(FakeSubmission(timing))
     timing["outputs"]["yours"] = tuple(parts[:3])
     with pytest.raises(AssertionError, match="expected the output and three gradients"):
-        lab10.test_gpu_speed_against_the_reference(_FakeSubmission(timing))
+        lab10.test_gpu_speed_against_the_reference(FakeSubmission(timing))
 
 
 def test_lab10_probe_plumbing_on_the_cpu(lab10, monkeypatch):
@@ -344,4 +307,4 @@ def test_lab10_probe_plumbing_on_the_cpu(lab10, monkeypatch):
     slow = _module(make_variant(OPERATOR_STANDIN, "slow"), "standin_lab10_slow")
     monkeypatch.setattr(lab10, "SPEED_CASE", MULTI_LEVEL)
     with pytest.raises(AssertionError, match="^too slow"):
-        lab10.test_gpu_speed_against_the_reference(_FakeSubmission(module=slow))
+        lab10.test_gpu_speed_against_the_reference(FakeSubmission(module=slow))
