@@ -10,6 +10,7 @@ from kit import load_file_module
 
 from msda_labs.student import memsim
 from msda_labs.student.memsim import SECTOR_BYTES, WARP_SIZE
+from msda_labs.truth import memory as memory_truth
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,7 +76,6 @@ def test_lab03_expected_counts_are_right():
 
 
 def test_lab03_reference_helpers_agree():
-    tests = _lab03_tests()
-    assert tests._ref_speedup() == 16.0
-    assert tests._ref_speedup(itemsize=4) == 8.0
-    assert sum(tests._parts(**tests._DEFAULTS)) == 40_857_600
+    assert memory_truth.tiling_speedup() == 16.0
+    assert memory_truth.tiling_speedup(itemsize=4) == 8.0
+    assert sum(memory_truth.forward_bytes(**memory_truth.DEFAULT_SIZES)) == 40_857_600
