@@ -42,6 +42,28 @@ def _speed_probe(lab_tests: types.ModuleType):
         lab_tests._speed_probe
 
 
+def _measure_standin_on_the_cpu(lab_tests, source: str, name: str, function: str, monkeypatch):
+    """Run the lab's speed probe on the CPU on a torch stand-in (which also stands in for the
+    chip); skipped where CUDA is at hand, since this checks the wall-clock plumbing."""
+    if torch.cuda.is_available():
+        pytest.skip("wall-clock plumbing check for machines without CUDA")
+    standin = _module(source, name)
+    monkeypatch.setattr(timing_module, "chip_function",
+                        lambda lab, chip_name: getattr(standin, function))
+    return _speed_probe(lab_tests)(standin, MULTI_LEVEL, "float32")
+
+
+def _assert_a_wrong_part_then_a_missing_part_fail(speed_test, timing, parts, wrong, missing):
+    """The speed test fails with ``wrong`` when one of the timed call's ``parts`` is off, and
+    with ``missing`` when the last part is left out."""
+    timing["outputs"]["yours"] = tuple(parts)
+    with pytest.raises(AssertionError, match=wrong):
+        speed_test(FakeSubmission(timing))
+    timing["outputs"]["yours"] = tuple(parts[:-1])
+    with pytest.raises(AssertionError, match=missing):
+        speed_test(FakeSubmission(timing))
+
+
 # -- lab 05 --------------------------------------------------------------------------------------
 
 FORWARD_STANDIN = '''
@@ -112,11 +134,8 @@ def test_lab05_probe_plumbing_on_the_cpu(lab05, monkeypatch):
     """The probe on the CPU with a torch stand-in (and a torch stand-in for the chip): it times
     the three calls and hands back the stand-in's output; made slow as the H200 harness makes
     it, the stand-in fails on speed."""
-    if torch.cuda.is_available():
-        pytest.skip("wall-clock plumbing check for machines without CUDA")
-    standin = _module(FORWARD_STANDIN, "standin_lab05")
-    monkeypatch.setattr(timing_module, "chip_function", lambda lab, name: standin.msda_forward)
-    measured = _speed_probe(lab05)(standin, MULTI_LEVEL, "float32")
+    measured = _measure_standin_on_the_cpu(lab05, FORWARD_STANDIN, "standin_lab05", "msda_forward",
+                                           monkeypatch)
     assert set(measured["times_us"]) == {"yours", "reference", "chip"}
     inputs = make_inputs(MULTI_LEVEL, torch.float32)
     expected = msda_reference(inputs.value, inputs.spatial_shapes, inputs.sampling_locations,
@@ -194,21 +213,15 @@ def test_lab08_fast_and_wrong_fails_on_the_gradients(lab08, monkeypatch, which):
     timing = _backward_timing(lab08, yours=1.0)
     grads = [t.contiguous() for t in timing["outputs"]["yours"]]
     grads[which].view(-1)[0] += 1.0
-    timing["outputs"]["yours"] = tuple(grads)
     name = ("grad_value", "grad_loc", "grad_attn")[which]
-    with pytest.raises(AssertionError, match=f"{name} \\(the call that is timed\\)"):
-        lab08.test_backward_speed_against_the_reference(FakeSubmission(timing))
-    timing["outputs"]["yours"] = tuple(grads[:2])
-    with pytest.raises(AssertionError, match="expected a tuple of three tensors"):
-        lab08.test_backward_speed_against_the_reference(FakeSubmission(timing))
+    _assert_a_wrong_part_then_a_missing_part_fail(
+        lab08.test_backward_speed_against_the_reference, timing, grads,
+        wrong=f"{name} \\(the call that is timed\\)", missing="expected a tuple of three tensors")
 
 
 def test_lab08_probe_plumbing_on_the_cpu(lab08, monkeypatch):
-    if torch.cuda.is_available():
-        pytest.skip("wall-clock plumbing check for machines without CUDA")
-    standin = _module(BACKWARD_STANDIN, "standin_lab08")
-    monkeypatch.setattr(timing_module, "chip_function", lambda lab, name: standin.msda_backward)
-    measured = _speed_probe(lab08)(standin, MULTI_LEVEL, "float32")
+    measured = _measure_standin_on_the_cpu(lab08, BACKWARD_STANDIN, "standin_lab08",
+                                           "msda_backward", monkeypatch)
     assert set(measured["times_us"]) == {"yours", "reference", "reference_forward", "chip"}
     grads = measured["outputs"]["yours"]
     expected = lab08._speed_reference(MULTI_LEVEL, "float32")
@@ -283,20 +296,14 @@ def test_lab10_fast_and_wrong_fails_on_the_step(lab10, monkeypatch, which):
     parts = list(timing["outputs"]["yours"])
     parts[which] = parts[which].clone()
     parts[which].view(-1)[0] += 1.0
-    timing["outputs"]["yours"] = tuple(parts)
-    with pytest.raises(AssertionError, match="the step that is timed"):
-        lab10.test_gpu_speed_against_the_reference(FakeSubmission(timing))
-    timing["outputs"]["yours"] = tuple(parts[:3])
-    with pytest.raises(AssertionError, match="expected the output and three gradients"):
-        lab10.test_gpu_speed_against_the_reference(FakeSubmission(timing))
+    _assert_a_wrong_part_then_a_missing_part_fail(
+        lab10.test_gpu_speed_against_the_reference, timing, parts,
+        wrong="the step that is timed", missing="expected the output and three gradients")
 
 
 def test_lab10_probe_plumbing_on_the_cpu(lab10, monkeypatch):
-    if torch.cuda.is_available():
-        pytest.skip("wall-clock plumbing check for machines without CUDA")
-    standin = _module(OPERATOR_STANDIN, "standin_lab10")
-    monkeypatch.setattr(timing_module, "chip_function", lambda lab, name: standin.msda)
-    measured = _speed_probe(lab10)(standin, MULTI_LEVEL, "float32")
+    measured = _measure_standin_on_the_cpu(lab10, OPERATOR_STANDIN, "standin_lab10", "msda",
+                                           monkeypatch)
     assert set(measured["times_us"]) == {"yours", "reference", "chip"}
     out, *grads = measured["outputs"]["yours"]
     ref_out, ref_grads = _lab10_reference(MULTI_LEVEL)
