@@ -87,10 +87,11 @@ def lab05():
     return _load_lab_tests("lab-05-forward-correct", "test_lab05_forward.py")
 
 
-def _small_case(module, monkeypatch):
-    """The speed test on a small case (its fp64 reference is cheap on the CPU)."""
+def _small_case(module, monkeypatch, cached_reference="_case_reference"):
+    """The speed test on a small case (its reference is cheap on the CPU); the module's cached
+    reference function ``cached_reference`` forgets what it computed for the large case."""
     monkeypatch.setattr(module, "SPEED_CASE", MULTI_LEVEL)
-    module._case_reference.cache_clear()
+    getattr(module, cached_reference).cache_clear()
 
 
 def test_lab05_speed_test_is_a_gpu_test_worth_points(lab05):
@@ -169,11 +170,6 @@ def lab08():
     return _load_lab_tests("lab-08-concurrent-writes", "test_lab08_atomics.py")
 
 
-def _small_backward_case(module, monkeypatch):
-    monkeypatch.setattr(module, "SPEED_CASE", MULTI_LEVEL)
-    module._speed_reference.cache_clear()
-
-
 def _backward_timing(module, yours=50.0, chip=45.0, **kwargs):
     timing = made_up_timing(yours=yours, reference=260.0, chip=chip, reference_forward=60.0,
                             **kwargs)
@@ -189,7 +185,7 @@ def test_lab08_speed_test_is_a_gpu_test_worth_points(lab08):
 
 
 def test_lab08_right_and_fast_passes_with_or_without_the_chip(lab08, monkeypatch):
-    _small_backward_case(lab08, monkeypatch)
+    _small_case(lab08, monkeypatch, "_speed_reference")
     sub = FakeSubmission(_backward_timing(lab08))
     lab08.test_backward_speed_against_the_reference(sub)
     (note,) = sub._session.notes
@@ -201,7 +197,7 @@ def test_lab08_right_and_fast_passes_with_or_without_the_chip(lab08, monkeypatch
 
 
 def test_lab08_slow_fails_on_speed(lab08, monkeypatch):
-    _small_backward_case(lab08, monkeypatch)
+    _small_case(lab08, monkeypatch, "_speed_reference")
     with pytest.raises(AssertionError, match="^too slow: speed of msda_backward"):
         lab08.test_backward_speed_against_the_reference(
             FakeSubmission(_backward_timing(lab08, yours=2050.0)))
@@ -209,7 +205,7 @@ def test_lab08_slow_fails_on_speed(lab08, monkeypatch):
 
 @pytest.mark.parametrize("which", [0, 1, 2], ids=["grad_value", "grad_loc", "grad_attn"])
 def test_lab08_fast_and_wrong_fails_on_the_gradients(lab08, monkeypatch, which):
-    _small_backward_case(lab08, monkeypatch)
+    _small_case(lab08, monkeypatch, "_speed_reference")
     timing = _backward_timing(lab08, yours=1.0)
     grads = [t.contiguous() for t in timing["outputs"]["yours"]]
     grads[which].view(-1)[0] += 1.0
@@ -229,7 +225,7 @@ def test_lab08_probe_plumbing_on_the_cpu(lab08, monkeypatch):
         torch.testing.assert_close(got, ref)
 
     slow = _module(make_variant(BACKWARD_STANDIN, "slow"), "standin_lab08_slow")
-    _small_backward_case(lab08, monkeypatch)
+    _small_case(lab08, monkeypatch, "_speed_reference")
     with pytest.raises(AssertionError, match="^too slow"):
         lab08.test_backward_speed_against_the_reference(FakeSubmission(module=slow))
 
