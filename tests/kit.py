@@ -117,3 +117,89 @@ def mutants(lab_id: str) -> list[Mutant]:
 
 def all_mutants() -> list[Mutant]:
     return [m for lab in lab_ids() for m in mutants(lab)]
+
+
+def load_file_module(path: Path, name: str, *, beside: bool = False):
+    """Import the Python file at ``path`` as a module called ``name``.
+
+    Args:
+        path: the file (a lab's test, probe or judge module, a helper of the self-test).
+        name: the module name to give it (unique per caller, so two loads do not collide).
+        beside: put the file's folder on ``sys.path`` while it loads, for a lab's test module
+            that imports the probes and judge modules beside it.
+    """
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    if beside:
+        sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        if beside:
+            sys.path.remove(str(path.parent))
+    return module
+
+
+class FakeSession:
+    """The part of a pytest session the timing judge writes to: its list of notes."""
+
+    def __init__(self):
+        self.notes = []
+
+
+class FakeSubmission:
+    """Stands in for the grader's ``submission`` fixture in judge-side tests.
+
+    ``run`` hands back a canned ``result``, or, given a ``module``, runs the probe here on it.
+    """
+
+    def __init__(self, result=None, module=None):
+        self._session = FakeSession()
+        self.result = result
+        self.module = module
+
+    def run(self, probe, *args, **kwargs):
+        if self.module is not None:
+            return probe(self.module, *args, **kwargs)
+        return self.result
+
+
+def made_up_timing(yours=13.0, reference=70.0, chip=12.5, method="cuda-graph", **extra) -> dict:
+    """A speed probe's result with the given times in microseconds (``chip=None``: no chip)."""
+    times = {"yours": yours, "reference": reference}
+    if chip is not None:
+        times["chip"] = chip
+    times.update(extra)
+    return {"times_us": times, "method": method, "reps": 30, "device": "NVIDIA H200",
+            "flushed_l2": method != "wall-clock", "outputs": {}}
+
+
+def dev_tool(name: str) -> str:
+    """The path of a tool from requirements-dev.txt (beside this Python, else on PATH)."""
+    import shutil
+
+    import pytest
+
+    beside = Path(sys.executable).parent / name
+    path = beside if beside.exists() else shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is not installed: pip install -r requirements-dev.txt")
+    return str(path)
+
+
+def assert_valid_github_workflow(workflow: Path) -> None:
+    """Fail unless ``workflow`` validates against GitHub's workflow schema (check-jsonschema)."""
+    proc = subprocess.run([dev_tool("check-jsonschema"), "--builtin-schema",
+                           "vendor.github-workflows", str(workflow)], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def assert_no_zizmor_finding(workflow: Path) -> None:
+    """Fail if zizmor, offline and with the auditor persona, finds anything in ``workflow``."""
+    proc = subprocess.run([dev_tool("zizmor"), "--offline", "--persona", "auditor", "--format",
+                           "json", str(workflow)], capture_output=True, text=True, timeout=300)
+    findings = json.loads(proc.stdout or "[]")
+    assert not findings, [(f["ident"], f["determinations"]["severity"]) for f in findings]

@@ -2,11 +2,11 @@
 generators, and the exact counts lab 03 grades
 against, recounted here independently (a set of sectors per warp, no numpy tricks)."""
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
+from kit import load_file_module
 
 from msda_labs.student import memsim
 from msda_labs.student.memsim import SECTOR_BYTES, WARP_SIZE
@@ -21,10 +21,7 @@ def _count(pattern) -> int:
 
 def _lab03_tests():
     path = ROOT / "lab-03-the-machine" / "tests" / "test_lab03_machine.py"
-    spec = importlib.util.spec_from_file_location("kit_lab03_grading_tests", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file_module(path, "kit_lab03_grading_tests", beside=True)
 
 
 def test_constants():

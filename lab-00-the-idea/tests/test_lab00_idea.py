@@ -25,7 +25,13 @@ from msda_labs.mistakes.grid_sample import (
     bilinear_sample_variants,
     msda_call_variants,
 )
-from msda_labs.truth.cases import MULTI_LEVEL, STANDARD_CASES, make_inputs, seeded_generator
+from msda_labs.truth.cases import (
+    MULTI_LEVEL,
+    STANDARD_CASES,
+    image_and_points,
+    make_inputs,
+    seeded_generator,
+)
 from msda_labs.truth.layers import bilinear_sample
 from msda_labs.truth.reference import msda_reference, reference_grads
 
@@ -93,19 +99,15 @@ def test_bilinear_zero_padding(submission):
 
 @pytest.mark.task("0.1", points=2)
 def test_bilinear_matches_reference(submission):
-    gen = seeded_generator(100)
-    img = torch.randn(5, 7, 3, generator=gen, dtype=torch.float64)
-    points = torch.rand(40, 2, generator=gen, dtype=torch.float64) * torch.tensor([10.0, 8.0]) \
-        - 1.5
+    img, points = image_and_points(seeded_generator(100), (5, 7, 3), 40, (10.0, 8.0), -1.5)
     _reads(submission, img, points, "bilinear_sample(float64 5x7x3 image) at 40 random points in "
                                     "x in [-1.5, 8.5), y in [-1.5, 6.5), many outside")
 
 
 @pytest.mark.task("0.1", points=1)
 def test_bilinear_float32(submission):
-    gen = seeded_generator(101)
-    img = torch.randn(6, 4, 5, generator=gen)
-    points = torch.rand(25, 2, generator=gen) * torch.tensor([5.0, 7.0]) - 0.5
+    img, points = image_and_points(seeded_generator(101), (6, 4, 5), 25, (5.0, 7.0), -0.5,
+                                   dtype=torch.float32)
     _reads(submission, img, points, "bilinear_sample(float32 6x4x5 image) at 25 random points",
            dtype=torch.float32)
 
@@ -113,8 +115,7 @@ def test_bilinear_float32(submission):
 @pytest.mark.task("0.1", points=1)
 def test_bilinear_gradients(submission):
     gen = seeded_generator(102)
-    img = torch.randn(4, 5, 2, generator=gen, dtype=torch.float64)
-    points = torch.rand(8, 2, generator=gen, dtype=torch.float64) * torch.tensor([5.6, 4.6]) - 0.8
+    img, points = image_and_points(gen, (4, 5, 2), 8, (5.6, 4.6), -0.8)
     grad_out = torch.randn(8, 2, generator=gen, dtype=torch.float64)
     result = submission.run(probe_function, "bilinear_sample", (img, points), grad_out=grad_out)
     img_ref, points_ref = img.clone().requires_grad_(), points.clone().requires_grad_()

@@ -10,7 +10,7 @@ from probes_lab01 import sample_many
 
 from msda_labs.grading import expect_close
 from msda_labs.mistakes import msda_variants, pixel_reads, pixel_variants
-from msda_labs.truth.cases import STANDARD_CASES, make_inputs
+from msda_labs.truth.cases import STANDARD_CASES, image_and_points, make_inputs
 from msda_labs.truth.reference import msda_reference
 
 LAB = "lab01"
@@ -78,10 +78,8 @@ def test_bilinear_negative_coordinates_round_down(submission):
 @pytest.mark.rule("xy-order")
 def test_bilinear_matches_reference_random(submission):
     _check_rules(submission, "bilinear_sample")
-    gen = torch.Generator().manual_seed(0)
-    img = torch.randn(5, 7, 3, generator=gen, dtype=torch.float64)
-    points = torch.rand(40, 2, generator=gen, dtype=torch.float64) * torch.tensor([10.0, 8.0]) \
-        - 1.5
+    img, points = image_and_points(torch.Generator().manual_seed(0), (5, 7, 3), 40, (10.0, 8.0),
+                                   -1.5)
     _reads(submission, img, points, "bilinear_sample at 40 random points of a 5x7x3 image, "
                                     "many outside it")
 

@@ -31,16 +31,23 @@ FP64_CASES = (*STANDARD_CASES, THIN_LEVELS)
 
 # -- Task 2.1 ----------------------------------------------------------------------------------
 
+def _mismatch(call, kind, got, ref, *, want, said="="):
+    """What is wrong with one answer of ``call``: raise when it is not a Python ``want`` (int or
+    bool); None when it equals ``ref``; else the start of the failure message."""
+    if kind != want:
+        raise AssertionError(f"{call} must return {'an' if want == 'int' else 'a'} {want}, "
+                             f"got {got}")
+    return None if got == ref else f"{call} {said} {got}, expected {ref}"
+
+
 def _check_indices(res, calls, what):
     for (kind, got), args in zip(res, calls):
         b, s, m, d, S, M, D = args
         ref = ((b * S + s) * M + m) * D + d
-        call = f"flat_index(b={b}, s={s}, m={m}, d={d}, S={S}, M={M}, D={D})"
-        if kind != "int":
-            raise AssertionError(f"{what}: {call} must return an int, got {got}")
-        if got == ref:
+        msg = _mismatch(f"{what}: flat_index(b={b}, s={s}, m={m}, d={d}, S={S}, M={M}, D={D})",
+                        kind, got, ref, want="int")
+        if msg is None:
             continue
-        msg = f"{what}: {call} = {got}, expected {ref}"
         if got >= 0:
             rest, dd = divmod(got, D)
             rest, mm = divmod(rest, M)
@@ -199,12 +206,10 @@ def _check_overflows(submission, keys, what):
         size, why = _SIZES[key]
         kind, got, _real = res[key]
         ref = _product(size) - 1 > INT32_MAX
-        call = f"overflows_int32{size} ({why})"
-        if kind != "bool":
-            raise AssertionError(f"{what}: {call} must return a bool, got {got}")
-        if got == ref:
+        msg = _mismatch(f"{what}: overflows_int32{size} ({why})", kind, got, ref, want="bool",
+                        said="returned")
+        if msg is None:
             continue
-        msg = f"{what}: {call} returned {got}, expected {ref}"
         answers = {k: v[1] for k, v in res.items() if v[0] == "bool"}
         for mistake in OVERFLOW.entries():
             if len(answers) == len(_ALL) and all(
@@ -221,13 +226,11 @@ def test_max_flat_index(submission):
     res = submission.run(max_indices, sizes)
     for (kind, got), size in zip(res, sizes):
         ref = _product(size) - 1
-        call = f"max_flat_index{size}"
-        if kind != "int":
-            raise AssertionError(f"{call} must return an int, got {got}")
-        if got != ref:
+        msg = _mismatch(f"max_flat_index{size}", kind, got, ref, want="int")
+        if msg is not None:
             hint = "; that is the element count: offsets run from 0 to count - 1" \
                 if got == ref + 1 else ""
-            raise AssertionError(f"{call} = {got}, expected {ref}{hint}")
+            raise AssertionError(f"{msg}{hint}")
 
 
 @pytest.mark.task("2.3", points=1)

@@ -13,6 +13,12 @@ from msda_labs.grading import expect_close
 from msda_labs.truth.cases import Case, make_inputs
 from msda_labs.truth.reference import msda_reference, reference_grads
 
+# The lab as the grading plugin reads it from each test module (both import these names).
+LAB = "lab10"
+TITLE = "Ship it"
+MODE = "interpret"
+TASKS = {"10.1": "MSDAFunction", "10.2": "validate_inputs", "10.3": "msda", "10.4": "final exam"}
+
 # Small cases for the interpreter (about a millisecond per program and (level, point) pair).
 RAGGED = Case("ragged_queries", B=1, Q=37, M=1, D=3, shapes=((5, 6),), K=1, seed=3)
 TWO_LEVELS = Case("two_levels", B=1, Q=6, M=2, D=4, shapes=((4, 5), (2, 3)), K=2, seed=2)

@@ -2,38 +2,23 @@
 self-test job, and a GPU job that runs on Modal only when the secrets exist."""
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
+from kit import assert_no_zizmor_finding, assert_valid_github_workflow
 
 ROOT = Path(__file__).resolve().parents[2]
 CI = ROOT / ".github" / "workflows" / "ci.yml"
-BIN = Path(sys.executable).parent
-
-
-def _tool(name: str) -> str:
-    path = BIN / name if (BIN / name).exists() else shutil.which(name)
-    if path is None:
-        pytest.fail(f"{name} is not installed: pip install -r requirements-dev.txt")
-    return str(path)
 
 
 def test_ci_validates_against_the_github_workflow_schema():
-    proc = subprocess.run([_tool("check-jsonschema"), "--builtin-schema",
-                           "vendor.github-workflows", str(CI)], capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_valid_github_workflow(CI)
 
 
 def test_ci_has_no_zizmor_finding_even_for_an_auditor():
-    proc = subprocess.run([_tool("zizmor"), "--offline", "--persona", "auditor", "--format",
-                           "json", str(CI)], capture_output=True, text=True, timeout=300)
-    findings = json.loads(proc.stdout or "[]")
-    assert not findings, [(f["ident"], f["determinations"]["severity"]) for f in findings]
+    assert_no_zizmor_finding(CI)
 
 
 def test_jobs_selftest_then_gpu_stages_on_modal_only_with_secrets():

@@ -5,10 +5,10 @@ the autotuned launch against the fixed one; the probes that time them need CUDA,
 judge the numbers (judge_lab06.py) do not.
 """
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from kit import FakeSubmission, load_file_module
 
 from msda_labs.truth.cases import DECODER
 
@@ -18,20 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def judge():
     path = ROOT / "lab-06-make-it-fast" / "tests" / "judge_lab06.py"
-    spec = importlib.util.spec_from_file_location("_verdicts_judge_lab06", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-class _Session:
-    def __init__(self):
-        self.notes = []
-
-
-class _Submission:
-    def __init__(self):
-        self._session = _Session()
+    return load_file_module(path, "_verdicts_judge_lab06")
 
 
 def _measured(times, e2e=None, **extra):
@@ -47,7 +34,7 @@ def test_the_race_reports_every_width_and_needs_the_wide_tiling_to_win(judge, tm
                                                                        monkeypatch):
     monkeypatch.setenv("MSDA_ARTIFACTS_DIR", str(tmp_path))
     chunks = (2, 4, 8, 16, 32)
-    sub = _Submission()
+    sub = FakeSubmission()
     judge.race_verdict(sub, _measured({"2": 80.0, "4": 40.0, "8": 20.0, "16": 12.0,
                                        "32": 10.0}), DECODER, chunks)
     (note,) = sub._session.notes
@@ -55,22 +42,22 @@ def test_the_race_reports_every_width_and_needs_the_wide_tiling_to_win(judge, tm
     assert "CHUNK_D=32: 10.0 us, 4086 GB/s" in note  # 40,857,600 bytes in 10 us
     assert (tmp_path / "lab06-race.json").is_file()
     with pytest.raises(AssertionError, match="win the race by at least 1.5x, and it won by 1.10x"):
-        judge.race_verdict(_Submission(), _measured({"2": 11.0, "4": 11.0, "8": 10.5, "16": 10.0,
+        judge.race_verdict(FakeSubmission(), _measured({"2": 11.0, "4": 11.0, "8": 10.5, "16": 10.0,
                                                      "32": 10.0}), DECODER, chunks)
 
 
 def test_the_wide_launch_passes_within_three_times_the_chip(judge):
     chip = "the lab06 chip's msda_forward_chunked"
-    sub = _Submission()
+    sub = FakeSubmission()
     judge.wide_speed_verdict(sub, _measured({"yours": 12.0, "chip": 10.0},
                                             {"yours": 30.0, "chip": 25.0}, baseline=chip))
     assert "yours 12.0 us vs the lab06 chip's msda_forward_chunked 10.0 us = 1.20x" in \
         sub._session.notes[0]
     with pytest.raises(AssertionError, match="10.00x the chip's device time"):
-        judge.wide_speed_verdict(_Submission(), _measured(
+        judge.wide_speed_verdict(FakeSubmission(), _measured(
             {"yours": 100.0, "chip": 10.0}, {"yours": 30.0, "chip": 25.0}, baseline=chip))
     with pytest.raises(AssertionError, match="4.00x the chip's end-to-end time per call"):
-        judge.wide_speed_verdict(_Submission(), _measured(
+        judge.wide_speed_verdict(FakeSubmission(), _measured(
             {"yours": 12.0, "chip": 10.0}, {"yours": 100.0, "chip": 25.0}, baseline=chip))
 
 
@@ -85,14 +72,14 @@ def _tuned(autotuned=12.0, e2e_autotuned=40.0, n_configs=6, chip=True):
 
 
 def test_the_autotuned_launch_is_judged_against_the_fixed_one_and_the_chip(judge):
-    sub = _Submission()
+    sub = FakeSubmission()
     judge.autotune_speed_verdict(sub, _tuned())
     assert "best config BLOCK_Q=32, num_warps=4, 6 configs" in sub._session.notes[0]
-    judge.autotune_speed_verdict(_Submission(), _tuned(chip=False))  # no chip: no e2e bound
+    judge.autotune_speed_verdict(FakeSubmission(), _tuned(chip=False))  # no chip: no e2e bound
     with pytest.raises(AssertionError, match="holds 5 configs"):
-        judge.autotune_speed_verdict(_Submission(), _tuned(n_configs=5))
+        judge.autotune_speed_verdict(FakeSubmission(), _tuned(n_configs=5))
     with pytest.raises(AssertionError, match="2.73x the device time of your fixed"):
-        judge.autotune_speed_verdict(_Submission(), _tuned(autotuned=30.0))
+        judge.autotune_speed_verdict(FakeSubmission(), _tuned(autotuned=30.0))
     with pytest.raises(AssertionError, match="chip's end-to-end time per call"):
-        judge.autotune_speed_verdict(_Submission(), _tuned(e2e_autotuned=100.0))
+        judge.autotune_speed_verdict(FakeSubmission(), _tuned(e2e_autotuned=100.0))
 

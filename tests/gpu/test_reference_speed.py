@@ -8,13 +8,12 @@ stand-in for the student's operator, plain and made slow the way the H200 harnes
 judge's helper itself (check_reference_speed) is proved in tests/grading/test_timing.py.
 """
 
-import importlib.util
-import sys
 import types
 from pathlib import Path
 
 import pytest
 import torch
+from kit import FakeSubmission, load_file_module, made_up_timing
 
 from msda_labs.gpu.prove import make_variant
 from msda_labs.grading import timing as timing_module
@@ -25,44 +24,15 @@ from msda_labs.truth.reference import msda_reference
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class _Session:
-    def __init__(self):
-        self.notes = []
-
-
-class _FakeSubmission:
-    """Stands in for the grader's ``submission`` fixture: ``run`` hands back a canned result."""
-
-    def __init__(self, result=None, module=None):
-        self._session = _Session()
-        self.result = result
-        self.module = module
-
-    def run(self, probe, *args, **kwargs):
-        if self.module is not None:  # run the probe here, on the given module
-            return probe(self.module, *args, **kwargs)
-        return self.result
-
-
-def _timing(yours=13.0, reference=70.0, chip=12.5, method="cuda-graph", **extra):
-    times = {"yours": yours, "reference": reference}
-    if chip is not None:
-        times["chip"] = chip
-    times.update(extra)
-    return {"times_us": times, "method": method, "reps": 30, "device": "NVIDIA H200",
-            "flushed_l2": method != "wall-clock", "outputs": {}}
-
-
 def _load_lab_tests(folder: str, name: str) -> types.ModuleType:
     path = ROOT / folder / "tests" / name
-    spec = importlib.util.spec_from_file_location(f"_speed_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(path.parent))  # a lab's tests may import helpers beside them
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(path.parent))
-    return module
+    return load_file_module(path, f"_speed_{path.stem}", beside=True)
+
+
+def _assert_a_gpu_speed_test_worth_two_points(test, task: str) -> None:
+    marks = {m.name: m for m in test.pytestmark}
+    assert marks["stage"].args == ("gpu",)
+    assert marks["task"].args == (task,) and marks["task"].kwargs["points"] == 2
 
 
 def _speed_probe(lab_tests: types.ModuleType):
@@ -70,6 +40,28 @@ def _speed_probe(lab_tests: types.ModuleType):
     (the probe / judge split), else the test module's own ``_speed_probe``."""
     return getattr(getattr(lab_tests, "probes", None), "speed_probe", None) or \
         lab_tests._speed_probe
+
+
+def _measure_standin_on_the_cpu(lab_tests, source: str, name: str, function: str, monkeypatch):
+    """Run the lab's speed probe on the CPU on a torch stand-in (which also stands in for the
+    chip); skipped where CUDA is at hand, since this checks the wall-clock plumbing."""
+    if torch.cuda.is_available():
+        pytest.skip("wall-clock plumbing check for machines without CUDA")
+    standin = _module(source, name)
+    monkeypatch.setattr(timing_module, "chip_function",
+                        lambda lab, chip_name: getattr(standin, function))
+    return _speed_probe(lab_tests)(standin, MULTI_LEVEL, "float32")
+
+
+def _assert_a_wrong_part_then_a_missing_part_fail(speed_test, timing, parts, wrong, missing):
+    """The speed test fails with ``wrong`` when one of the timed call's ``parts`` is off, and
+    with ``missing`` when the last part is left out."""
+    timing["outputs"]["yours"] = tuple(parts)
+    with pytest.raises(AssertionError, match=wrong):
+        speed_test(FakeSubmission(timing))
+    timing["outputs"]["yours"] = tuple(parts[:-1])
+    with pytest.raises(AssertionError, match=missing):
+        speed_test(FakeSubmission(timing))
 
 
 # -- lab 05 --------------------------------------------------------------------------------------
@@ -95,61 +87,56 @@ def lab05():
     return _load_lab_tests("lab-05-forward-correct", "test_lab05_forward.py")
 
 
-def _small_case(module, monkeypatch):
-    """The speed test on a small case (its fp64 reference is cheap on the CPU)."""
+def _small_case(module, monkeypatch, cached_reference="_case_reference"):
+    """The speed test on a small case (its reference is cheap on the CPU); the module's cached
+    reference function ``cached_reference`` forgets what it computed for the large case."""
     monkeypatch.setattr(module, "SPEED_CASE", MULTI_LEVEL)
-    module._case_reference.cache_clear()
+    getattr(module, cached_reference).cache_clear()
 
 
 def test_lab05_speed_test_is_a_gpu_test_worth_points(lab05):
-    test = lab05.test_forward_speed_against_the_reference
-    marks = {m.name: m for m in test.pytestmark}
-    assert marks["stage"].args == ("gpu",)
-    assert marks["task"].args == ("5.5",) and marks["task"].kwargs["points"] == 2
+    _assert_a_gpu_speed_test_worth_two_points(lab05.test_forward_speed_against_the_reference, "5.5")
     assert lab05.SPEED_CASE.id == "decoder" and lab05.SPEED_LIMIT == REFERENCE_LIMIT
 
 
 def test_lab05_right_and_fast_passes(lab05, monkeypatch):
     _small_case(lab05, monkeypatch)
-    timing = _timing()
+    timing = made_up_timing()
     timing["outputs"]["yours"] = lab05._case_reference(MULTI_LEVEL, "float16").half()
-    sub = _FakeSubmission(timing)
+    sub = FakeSubmission(timing)
     lab05.test_forward_speed_against_the_reference(sub)
     assert len(sub._session.notes) == 1 and "the lab 05 chip 12.5 us" in sub._session.notes[0]
     del timing["times_us"]["chip"]  # the exported lab 05: no chip, the same grade
-    lab05.test_forward_speed_against_the_reference(_FakeSubmission(timing))
+    lab05.test_forward_speed_against_the_reference(FakeSubmission(timing))
 
 
 def test_lab05_slow_fails_on_speed(lab05, monkeypatch):
     _small_case(lab05, monkeypatch)
-    timing = _timing(yours=2013.0)
+    timing = made_up_timing(yours=2013.0)
     timing["outputs"]["yours"] = lab05._case_reference(MULTI_LEVEL, "float16").half()
     with pytest.raises(AssertionError, match="^too slow: speed of msda_forward"):
-        lab05.test_forward_speed_against_the_reference(_FakeSubmission(timing))
+        lab05.test_forward_speed_against_the_reference(FakeSubmission(timing))
 
 
 def test_lab05_fast_and_wrong_fails_on_the_output(lab05, monkeypatch):
     _small_case(lab05, monkeypatch)
-    timing = _timing(yours=1.0)
+    timing = made_up_timing(yours=1.0)
     out = lab05._case_reference(MULTI_LEVEL, "float16").half().contiguous()
     out.view(-1)[3] += 1.0
     timing["outputs"]["yours"] = out
     with pytest.raises(AssertionError, match="the call that is timed"):
-        lab05.test_forward_speed_against_the_reference(_FakeSubmission(timing))
+        lab05.test_forward_speed_against_the_reference(FakeSubmission(timing))
     timing["outputs"] = {}
     with pytest.raises(AssertionError):
-        lab05.test_forward_speed_against_the_reference(_FakeSubmission(timing))
+        lab05.test_forward_speed_against_the_reference(FakeSubmission(timing))
 
 
 def test_lab05_probe_plumbing_on_the_cpu(lab05, monkeypatch):
     """The probe on the CPU with a torch stand-in (and a torch stand-in for the chip): it times
     the three calls and hands back the stand-in's output; made slow as the H200 harness makes
     it, the stand-in fails on speed."""
-    if torch.cuda.is_available():
-        pytest.skip("wall-clock plumbing check for machines without CUDA")
-    standin = _module(FORWARD_STANDIN, "standin_lab05")
-    monkeypatch.setattr(timing_module, "chip_function", lambda lab, name: standin.msda_forward)
-    measured = _speed_probe(lab05)(standin, MULTI_LEVEL, "float32")
+    measured = _measure_standin_on_the_cpu(lab05, FORWARD_STANDIN, "standin_lab05", "msda_forward",
+                                           monkeypatch)
     assert set(measured["times_us"]) == {"yours", "reference", "chip"}
     inputs = make_inputs(MULTI_LEVEL, torch.float32)
     expected = msda_reference(inputs.value, inputs.spatial_shapes, inputs.sampling_locations,
@@ -160,7 +147,7 @@ def test_lab05_probe_plumbing_on_the_cpu(lab05, monkeypatch):
     _small_case(lab05, monkeypatch)
     monkeypatch.setattr(lab05, "SPEED_DTYPE", "float32")
     with pytest.raises(AssertionError, match="^too slow"):
-        lab05.test_forward_speed_against_the_reference(_FakeSubmission(module=slow))
+        lab05.test_forward_speed_against_the_reference(FakeSubmission(module=slow))
 
 
 # -- lab 08 --------------------------------------------------------------------------------------
@@ -183,66 +170,54 @@ def lab08():
     return _load_lab_tests("lab-08-concurrent-writes", "test_lab08_atomics.py")
 
 
-def _small_backward_case(module, monkeypatch):
-    monkeypatch.setattr(module, "SPEED_CASE", MULTI_LEVEL)
-    module._speed_reference.cache_clear()
-
-
 def _backward_timing(module, yours=50.0, chip=45.0, **kwargs):
-    timing = _timing(yours=yours, reference=260.0, chip=chip, reference_forward=60.0, **kwargs)
+    timing = made_up_timing(yours=yours, reference=260.0, chip=chip, reference_forward=60.0,
+                            **kwargs)
     timing["outputs"]["yours"] = tuple(t.clone() for t in
                                        module._speed_reference(MULTI_LEVEL, "float32"))
     return timing
 
 
 def test_lab08_speed_test_is_a_gpu_test_worth_points(lab08):
-    test = lab08.test_backward_speed_against_the_reference
-    marks = {m.name: m for m in test.pytestmark}
-    assert marks["stage"].args == ("gpu",)
-    assert marks["task"].args == ("8.4",) and marks["task"].kwargs["points"] == 2
+    _assert_a_gpu_speed_test_worth_two_points(lab08.test_backward_speed_against_the_reference,
+                                              "8.4")
     assert lab08.SPEED_CASE.id == "decoder" and lab08.SPEED_DTYPE == "float32"
 
 
 def test_lab08_right_and_fast_passes_with_or_without_the_chip(lab08, monkeypatch):
-    _small_backward_case(lab08, monkeypatch)
-    sub = _FakeSubmission(_backward_timing(lab08))
+    _small_case(lab08, monkeypatch, "_speed_reference")
+    sub = FakeSubmission(_backward_timing(lab08))
     lab08.test_backward_speed_against_the_reference(sub)
     (note,) = sub._session.notes
     assert "the backward of the PyTorch reference (grid_sample, autograd) 200.0 us" in note
     assert "0.25x its time" in note and "the lab 08 chip 45.0 us = 1.11x" in note
-    sub = _FakeSubmission(_backward_timing(lab08, chip=None))
+    sub = FakeSubmission(_backward_timing(lab08, chip=None))
     lab08.test_backward_speed_against_the_reference(sub)
     assert "the lab 08 chip is not in this copy of the kit" in sub._session.notes[0]
 
 
 def test_lab08_slow_fails_on_speed(lab08, monkeypatch):
-    _small_backward_case(lab08, monkeypatch)
+    _small_case(lab08, monkeypatch, "_speed_reference")
     with pytest.raises(AssertionError, match="^too slow: speed of msda_backward"):
         lab08.test_backward_speed_against_the_reference(
-            _FakeSubmission(_backward_timing(lab08, yours=2050.0)))
+            FakeSubmission(_backward_timing(lab08, yours=2050.0)))
 
 
 @pytest.mark.parametrize("which", [0, 1, 2], ids=["grad_value", "grad_loc", "grad_attn"])
 def test_lab08_fast_and_wrong_fails_on_the_gradients(lab08, monkeypatch, which):
-    _small_backward_case(lab08, monkeypatch)
+    _small_case(lab08, monkeypatch, "_speed_reference")
     timing = _backward_timing(lab08, yours=1.0)
     grads = [t.contiguous() for t in timing["outputs"]["yours"]]
     grads[which].view(-1)[0] += 1.0
-    timing["outputs"]["yours"] = tuple(grads)
     name = ("grad_value", "grad_loc", "grad_attn")[which]
-    with pytest.raises(AssertionError, match=f"{name} \\(the call that is timed\\)"):
-        lab08.test_backward_speed_against_the_reference(_FakeSubmission(timing))
-    timing["outputs"]["yours"] = tuple(grads[:2])
-    with pytest.raises(AssertionError, match="expected a tuple of three tensors"):
-        lab08.test_backward_speed_against_the_reference(_FakeSubmission(timing))
+    _assert_a_wrong_part_then_a_missing_part_fail(
+        lab08.test_backward_speed_against_the_reference, timing, grads,
+        wrong=f"{name} \\(the call that is timed\\)", missing="expected a tuple of three tensors")
 
 
 def test_lab08_probe_plumbing_on_the_cpu(lab08, monkeypatch):
-    if torch.cuda.is_available():
-        pytest.skip("wall-clock plumbing check for machines without CUDA")
-    standin = _module(BACKWARD_STANDIN, "standin_lab08")
-    monkeypatch.setattr(timing_module, "chip_function", lambda lab, name: standin.msda_backward)
-    measured = _speed_probe(lab08)(standin, MULTI_LEVEL, "float32")
+    measured = _measure_standin_on_the_cpu(lab08, BACKWARD_STANDIN, "standin_lab08",
+                                           "msda_backward", monkeypatch)
     assert set(measured["times_us"]) == {"yours", "reference", "reference_forward", "chip"}
     grads = measured["outputs"]["yours"]
     expected = lab08._speed_reference(MULTI_LEVEL, "float32")
@@ -250,9 +225,9 @@ def test_lab08_probe_plumbing_on_the_cpu(lab08, monkeypatch):
         torch.testing.assert_close(got, ref)
 
     slow = _module(make_variant(BACKWARD_STANDIN, "slow"), "standin_lab08_slow")
-    _small_backward_case(lab08, monkeypatch)
+    _small_case(lab08, monkeypatch, "_speed_reference")
     with pytest.raises(AssertionError, match="^too slow"):
-        lab08.test_backward_speed_against_the_reference(_FakeSubmission(module=slow))
+        lab08.test_backward_speed_against_the_reference(FakeSubmission(module=slow))
 
 
 # -- lab 10 --------------------------------------------------------------------------------------
@@ -279,29 +254,26 @@ def _lab10_reference(case):
 
 
 def _step_timing(module, yours=180.0, chip=170.0, case=MULTI_LEVEL, **kwargs):
-    timing = _timing(yours=yours, reference=400.0, chip=chip, method="cuda-events", **kwargs)
+    timing = made_up_timing(yours=yours, reference=400.0, chip=chip, method="cuda-events", **kwargs)
     out, grads = _lab10_reference(case)
     timing["outputs"]["yours"] = (out.contiguous(), *(g.contiguous() for g in grads))
     return timing
 
 
 def test_lab10_speed_test_is_a_gpu_test_worth_points(lab10):
-    test = lab10.test_gpu_speed_against_the_reference
-    marks = {m.name: m for m in test.pytestmark}
-    assert marks["stage"].args == ("gpu",)
-    assert marks["task"].args == ("10.4",) and marks["task"].kwargs["points"] == 2
+    _assert_a_gpu_speed_test_worth_two_points(lab10.test_gpu_speed_against_the_reference, "10.4")
     assert lab10.SPEED_CASE.id == "decoder" and lab10.SPEED_DTYPE == "float32"
 
 
 def test_lab10_right_and_fast_passes_with_or_without_the_chip(lab10, monkeypatch):
     monkeypatch.setattr(lab10, "SPEED_CASE", MULTI_LEVEL)
-    sub = _FakeSubmission(_step_timing(lab10))
+    sub = FakeSubmission(_step_timing(lab10))
     lab10.test_gpu_speed_against_the_reference(sub)
     (note,) = sub._session.notes
     assert "the same step of the PyTorch reference (grid_sample, autograd) 400.0 us" in note
     assert "0.45x its time" in note and "the lab 10 chip 170.0 us = 1.06x" in note
     assert "median of 30 cuda-events runs" in note
-    sub = _FakeSubmission(_step_timing(lab10, chip=None))
+    sub = FakeSubmission(_step_timing(lab10, chip=None))
     lab10.test_gpu_speed_against_the_reference(sub)
     assert "the lab 10 chip is not in this copy of the kit" in sub._session.notes[0]
 
@@ -310,7 +282,7 @@ def test_lab10_slow_fails_on_speed(lab10, monkeypatch):
     monkeypatch.setattr(lab10, "SPEED_CASE", MULTI_LEVEL)
     with pytest.raises(AssertionError, match="^too slow: speed of msda forward"):
         lab10.test_gpu_speed_against_the_reference(
-            _FakeSubmission(_step_timing(lab10, yours=4400.0)))
+            FakeSubmission(_step_timing(lab10, yours=4400.0)))
 
 
 @pytest.mark.parametrize("which", [0, 1, 2, 3])
@@ -320,20 +292,14 @@ def test_lab10_fast_and_wrong_fails_on_the_step(lab10, monkeypatch, which):
     parts = list(timing["outputs"]["yours"])
     parts[which] = parts[which].clone()
     parts[which].view(-1)[0] += 1.0
-    timing["outputs"]["yours"] = tuple(parts)
-    with pytest.raises(AssertionError, match="the step that is timed"):
-        lab10.test_gpu_speed_against_the_reference(_FakeSubmission(timing))
-    timing["outputs"]["yours"] = tuple(parts[:3])
-    with pytest.raises(AssertionError, match="expected the output and three gradients"):
-        lab10.test_gpu_speed_against_the_reference(_FakeSubmission(timing))
+    _assert_a_wrong_part_then_a_missing_part_fail(
+        lab10.test_gpu_speed_against_the_reference, timing, parts,
+        wrong="the step that is timed", missing="expected the output and three gradients")
 
 
 def test_lab10_probe_plumbing_on_the_cpu(lab10, monkeypatch):
-    if torch.cuda.is_available():
-        pytest.skip("wall-clock plumbing check for machines without CUDA")
-    standin = _module(OPERATOR_STANDIN, "standin_lab10")
-    monkeypatch.setattr(timing_module, "chip_function", lambda lab, name: standin.msda)
-    measured = _speed_probe(lab10)(standin, MULTI_LEVEL, "float32")
+    measured = _measure_standin_on_the_cpu(lab10, OPERATOR_STANDIN, "standin_lab10", "msda",
+                                           monkeypatch)
     assert set(measured["times_us"]) == {"yours", "reference", "chip"}
     out, *grads = measured["outputs"]["yours"]
     ref_out, ref_grads = _lab10_reference(MULTI_LEVEL)
@@ -344,4 +310,4 @@ def test_lab10_probe_plumbing_on_the_cpu(lab10, monkeypatch):
     slow = _module(make_variant(OPERATOR_STANDIN, "slow"), "standin_lab10_slow")
     monkeypatch.setattr(lab10, "SPEED_CASE", MULTI_LEVEL)
     with pytest.raises(AssertionError, match="^too slow"):
-        lab10.test_gpu_speed_against_the_reference(_FakeSubmission(module=slow))
+        lab10.test_gpu_speed_against_the_reference(FakeSubmission(module=slow))

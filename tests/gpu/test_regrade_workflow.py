@@ -3,7 +3,6 @@ zizmor (offline) without findings, inputs only through env, secrets only where n
 runs beside them; and its input checker and gradebook (msda_labs.classroom.dispatch)."""
 
 import csv
-import importlib.util
 import json
 import re
 import subprocess
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kit import assert_no_zizmor_finding, assert_valid_github_workflow
 
 from msda_labs.classroom import dispatch
 from msda_labs.classroom.workflows import ACTIONS
@@ -23,31 +23,14 @@ WORKFLOW = ROOT / ".github" / "workflows" / "regrade.yml"
 SHA = "0123456789abcdef0123456789abcdef01234567"
 
 
-def _ci_helpers():
-    spec = importlib.util.spec_from_file_location("_ci_workflow_helpers",
-                                                  Path(__file__).with_name("test_ci_workflow.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_tool = _ci_helpers()._tool
-
-
 # ---------------------------------------------------------------------------------- the workflow
 
 def test_regrade_validates_against_the_github_workflow_schema():
-    proc = subprocess.run([_tool("check-jsonschema"), "--builtin-schema",
-                           "vendor.github-workflows", str(WORKFLOW)], capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_valid_github_workflow(WORKFLOW)
 
 
 def test_regrade_has_no_zizmor_finding_even_for_an_auditor():
-    proc = subprocess.run([_tool("zizmor"), "--offline", "--persona", "auditor", "--format",
-                           "json", str(WORKFLOW)], capture_output=True, text=True, timeout=300)
-    findings = json.loads(proc.stdout or "[]")
-    assert not findings, [(f["ident"], f["determinations"]["severity"]) for f in findings]
+    assert_no_zizmor_finding(WORKFLOW)
 
 
 def _workflow() -> dict:

@@ -11,6 +11,7 @@ import time
 
 import pytest
 import torch
+from kit import FakeSubmission, made_up_timing
 
 from msda_labs.grading import bandwidth, timing
 from msda_labs.grading.timing import REFERENCE_LIMIT, check_reference_speed
@@ -139,29 +140,10 @@ def test_add_note_adds_once_and_ignores_a_submission_without_notes():
 
 
 # -- the judge: check_reference_speed on made-up timings -----------------------------------------
-class _Session:
-    def __init__(self):
-        self.notes = []
-
-
-class _FakeSubmission:
-    def __init__(self):
-        self._session = _Session()
-
-
-def _timing(yours=13.0, reference=70.0, chip=12.5, method="cuda-graph", **extra):
-    times = {"yours": yours, "reference": reference}
-    if chip is not None:
-        times["chip"] = chip
-    times.update(extra)
-    return {"times_us": times, "method": method, "reps": 30, "device": "NVIDIA H200",
-            "flushed_l2": method != "wall-clock", "outputs": {}}
-
-
 def test_a_kernel_faster_than_the_reference_passes_and_both_ratios_are_reported():
-    sub = _FakeSubmission()
-    line = check_reference_speed(_timing(), what="msda_forward", chip_label="the lab 05 chip",
-                                 submission=sub)
+    sub = FakeSubmission()
+    line = check_reference_speed(made_up_timing(), what="msda_forward",
+                                 chip_label="the lab 05 chip", submission=sub)
     assert sub._session.notes == [line]
     for part in ("yours 13.0 us", "the PyTorch reference (grid_sample) 70.0 us", "0.19x its time",
                  f"passes up to {REFERENCE_LIMIT:g}x", "the lab 05 chip 12.5 us",
@@ -171,9 +153,9 @@ def test_a_kernel_faster_than_the_reference_passes_and_both_ratios_are_reported(
 
 
 def test_slower_than_the_reference_fails_and_is_still_noted():
-    sub = _FakeSubmission()
+    sub = FakeSubmission()
     with pytest.raises(AssertionError) as info:
-        check_reference_speed(_timing(yours=2013.0), what="msda_forward", submission=sub)
+        check_reference_speed(made_up_timing(yours=2013.0), what="msda_forward", submission=sub)
     message = str(info.value)
     assert message.startswith("too slow: speed of msda_forward: yours 2013.0 us"), message
     assert "28.76x its time (passes up to 1x)" in message and "161.04x" in message
@@ -182,32 +164,32 @@ def test_slower_than_the_reference_fails_and_is_still_noted():
 
 def test_the_chip_ratio_is_never_graded():
     # Slower than the chip by far, faster than the reference: passes.
-    check_reference_speed(_timing(yours=60.0, chip=5.0), what="x")
+    check_reference_speed(made_up_timing(yours=60.0, chip=5.0), what="x")
     # Without the chip (an exported lab): the same grade, and the report says why there is no
     # chip ratio.
-    line = check_reference_speed(_timing(chip=None), what="x", chip_label="the lab 05 chip")
+    line = check_reference_speed(made_up_timing(chip=None), what="x", chip_label="the lab 05 chip")
     assert "the lab 05 chip is not in this copy of the kit" in line
     with pytest.raises(AssertionError, match="too slow"):
-        check_reference_speed(_timing(yours=80.0, chip=None), what="x")
+        check_reference_speed(made_up_timing(yours=80.0, chip=None), what="x")
 
 
 def test_a_backward_reference_is_its_forward_and_backward_less_its_forward():
-    measured = _timing(yours=50.0, reference=260.0, chip=45.0, reference_forward=60.0)
+    measured = made_up_timing(yours=50.0, reference=260.0, chip=45.0, reference_forward=60.0)
     line = check_reference_speed(measured, what="msda_backward")
     assert "200.0 us (its forward + backward 260.0 us minus its forward alone 60.0 us)" in line
     assert "0.25x its time" in line
     with pytest.raises(AssertionError, match="too slow"):
-        check_reference_speed(_timing(yours=210.0, reference=260.0, reference_forward=60.0),
+        check_reference_speed(made_up_timing(yours=210.0, reference=260.0, reference_forward=60.0),
                               what="msda_backward")
     with pytest.raises(AssertionError, match="not timed: the reference's forward"):
-        check_reference_speed(_timing(reference=60.0, reference_forward=61.0), what="x")
+        check_reference_speed(made_up_timing(reference=60.0, reference_forward=61.0), what="x")
 
 
-@pytest.mark.parametrize("bad", [None, {"yours_us": 1.0}, _timing(method="guess"),
+@pytest.mark.parametrize("bad", [None, {"yours_us": 1.0}, made_up_timing(method="guess"),
                                  {"times_us": {"yours": 1.0}, "method": "cuda-graph"},
-                                 _timing(yours=float("nan")), _timing(yours=0.0),
-                                 _timing(reference=-3.0), _timing(chip="fast"),
-                                 _timing(yours=True)])
+                                 made_up_timing(yours=float("nan")), made_up_timing(yours=0.0),
+                                 made_up_timing(reference=-3.0), made_up_timing(chip="fast"),
+                                 made_up_timing(yours=True)])
 def test_malformed_timings_fail(bad):
     with pytest.raises(AssertionError, match="not timed"):
         check_reference_speed(bad, what="x")

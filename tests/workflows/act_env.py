@@ -217,21 +217,26 @@ def _install_summary_tap(home: Path) -> None:
 # so the harness maps their pinned commits to these composite stand-ins. They keep artifacts in
 # $MSDA_ACT_ARTIFACTS, one folder per run that outlives act's job folders (act deletes the
 # folder of a job that succeeded) and that every job of the run shares, as GitHub's store is.
-_UPLOAD_STANDIN = """name: upload-artifact (act harness stand-in)
-description: Copies the files into $MSDA_ACT_ARTIFACTS/NAME, rooted like the real action.
-inputs:
+def _composite_standin(name: str, description: str, inputs: str, env: str, script: str) -> str:
+    """The action.yml of a composite action with one bash step (``inputs``, ``env``, ``script``:
+    YAML lines already indented for their place)."""
+    return (f"name: {name} (act harness stand-in)\ndescription: {description}\ninputs:\n{inputs}"
+            f"runs:\n  using: composite\n  steps:\n    - shell: bash\n      env:\n{env}"
+            f"      run: |\n{script}")
+
+
+_UPLOAD_STANDIN = _composite_standin(
+    "upload-artifact",
+    "Copies the files into $MSDA_ACT_ARTIFACTS/NAME, rooted like the real action.",
+    """\
   name: {required: false, default: artifact}
   path: {required: true}
   if-no-files-found: {required: false, default: warn}
-runs:
-  using: composite
-  steps:
-    - shell: bash
-      env:
+""", """\
         NAME: ${{ inputs.name }}
         PATHS: ${{ inputs.path }}
         IF_NONE: ${{ inputs.if-no-files-found }}
-      run: |
+""", """\
         python3 - <<'STANDIN'
         # The artifact's root is the least common ancestor of the search paths (a folder
         # counts as itself, a file as its folder), as actions/upload-artifact roots it.
@@ -260,25 +265,22 @@ runs:
             shutil.copy2(f, target)
         print(f"stored {len(set(files))} file(s) as artifact {os.environ['NAME']}")
         STANDIN
-"""
-_DOWNLOAD_STANDIN = """name: download-artifact (act harness stand-in)
-description: Copies what the upload stand-in stored in $MSDA_ACT_ARTIFACTS into the workspace.
-inputs:
+""")
+_DOWNLOAD_STANDIN = _composite_standin(
+    "download-artifact",
+    "Copies what the upload stand-in stored in $MSDA_ACT_ARTIFACTS into the workspace.",
+    """\
   name: {required: false, default: ''}
   path: {required: false, default: '.'}
-runs:
-  using: composite
-  steps:
-    - shell: bash
-      env:
+""", """\
         NAME: ${{ inputs.name }}
         DEST: ${{ inputs.path }}
-      run: |
+""", """\
         src="${MSDA_ACT_ARTIFACTS:?}"; mkdir -p "$DEST"
         if [ -n "$NAME" ]; then cp -r "$src/$NAME/." "$DEST/"
         else for item in "$src"/*; do [ -e "$item" ] && cp -r "$item" "$DEST/"; done; fi
         echo "restored artifacts into $DEST"
-"""
+""")
 
 
 def ensure_standins() -> dict[str, Path]:

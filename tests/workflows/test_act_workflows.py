@@ -121,6 +121,15 @@ def _check_points(run, grade: dict) -> None:
                                                         "maxPoints": maximum}]
 
 
+def _graded(run, lab_id: str) -> tuple[dict, str]:
+    """The run's grade.json and job summary, checked against each other and the points step."""
+    grade = _grade_json(run, lab_id)
+    _check_points(run, grade)
+    summary = _summary(run, lab_id)
+    _check_table(summary, grade)
+    return grade, summary
+
+
 def _check_annotation_places(run, repo, lab_id: str) -> list:
     module = MANIFEST.lab(lab_id).module
     lines = (repo / module).read_text().splitlines()
@@ -140,11 +149,8 @@ def _check_annotation_places(run, repo, lab_id: str) -> list:
 def test_starter_scores_zero_with_a_notice_per_exercise(act_setup, tmp_path_factory, lab_id):
     run, repo, _ = _run(act_setup, tmp_path_factory, lab_id, "starter")
     assert run.jobs.get(JOB) == "failed" and run.returncode != 0, run.tail()
-    grade = _grade_json(run, lab_id)
-    _check_points(run, grade)
+    grade, summary = _graded(run, lab_id)
     assert _points(run) .startswith("Points 0/")
-    summary = _summary(run, lab_id)
-    _check_table(summary, grade)
     assert "Grading files were modified" not in summary
     placed = _check_annotation_places(run, repo, lab_id)
     assert all(n.kind == "notice" for n in placed)
@@ -158,12 +164,9 @@ def test_starter_scores_zero_with_a_notice_per_exercise(act_setup, tmp_path_fact
 def test_chip_scores_full_marks_without_annotations(act_setup, tmp_path_factory, lab_id):
     run, _, _ = _run(act_setup, tmp_path_factory, lab_id, "chip")
     assert run.jobs.get(JOB) == "succeeded" and run.returncode == 0, run.tail()
-    grade = _grade_json(run, lab_id)
-    _check_points(run, grade)
+    grade, summary = _graded(run, lab_id)
     maximum = sum(t["max_score"] for ex in grade["exercises"] for t in ex["tests"])
     assert _points(run) == f"Points {maximum}/{maximum}"
-    summary = _summary(run, lab_id)
-    _check_table(summary, grade)
     assert f"**{maximum}/{maximum}**" in summary
     assert run.file_annotations() == []
 
@@ -172,11 +175,8 @@ def test_chip_scores_full_marks_without_annotations(act_setup, tmp_path_factory,
 def test_edited_copy_is_flagged_and_its_mistakes_annotated(act_setup, tmp_path_factory, lab_id):
     run, repo, info = _run(act_setup, tmp_path_factory, lab_id, "edited")
     assert run.jobs.get(JOB) == "failed" and run.returncode != 0, run.tail()
-    grade = _grade_json(run, lab_id)
-    _check_points(run, grade)
+    grade, summary = _graded(run, lab_id)
     assert info["edited"] in grade["integrity"]["modified"]
-    summary = _summary(run, lab_id)
-    _check_table(summary, grade)
     assert "Grading files were modified" in summary and info["edited"] in summary
     errors = [n for n in _check_annotation_places(run, repo, lab_id) if n.kind == "error"]
     lost = {ex["id"]: sum(t["max_score"] - t["score"] for t in ex["tests"])

@@ -54,6 +54,16 @@ _LAB09 = "lab 09 compiles and reads the lab 08 chip; the student writes no kerne
 _LAB10 = ("lab 10 calls the lab 05 and 08 kernels as loaded; the student writes no kernel "
           "arithmetic (the exam runs them end to end)")
 
+
+def _each(rules: str, labs: str, why: str) -> dict[tuple[str, str], str]:
+    """``why`` for every pair of the space-separated ``rules`` and ``labs``."""
+    return {(rule, lab): why for rule in rules.split() for lab in labs.split()}
+
+
+# The rules of a kernel's own arithmetic and masks: labs 09 and 10 have no student kernel.
+_KERNEL_RULES = ("mask-query-tail mask-channel-tail mask-corners zero-padding half-pixel floor "
+                 "xy-order")
+
 # (rule, lab) -> why the rule does not apply there.
 NOT_APPLICABLE: dict[tuple[str, str], str] = {
     ("int64-offsets", "lab01"): "scalar Python arithmetic on ints, which cannot overflow",
@@ -61,57 +71,21 @@ NOT_APPLICABLE: dict[tuple[str, str], str] = {
                                 "design; the kernel rule is taught with lab 05's Task 5.4",
     ("int64-offsets", "lab07"): _LAB07_GIVEN + " (int64 row indices, which the scatter uses "
                                                "as they are)",
-    ("half-pixel", "lab07"): _LAB07_GIVEN,
-    ("floor", "lab07"): _LAB07_GIVEN,
-    ("level-starts", "lab07"): _LAB07_GIVEN,
     ("int64-offsets", "lab09"): _LAB09 + " (its signature test checks the int64 level tables)",
-    ("fp32-accumulation", "lab01"): _TORCH_FP,
-    ("fp32-accumulation", "lab02"): _TORCH_FP,
-    ("fp32-accumulation", "lab07"): _TORCH_FP,
-    ("fp32-accumulation", "lab09"): _LAB09,
-    ("fp32-accumulation", "lab10"): _LAB10,
-    ("mask-query-tail", "lab01"): _NO_BLOCKS,
-    ("mask-query-tail", "lab02"): _NO_BLOCKS,
-    ("mask-query-tail", "lab07"): _NO_BLOCKS,
-    ("mask-query-tail", "lab09"): _LAB09,
-    ("mask-query-tail", "lab10"): _LAB10,
-    ("mask-channel-tail", "lab01"): _NO_BLOCKS,
-    ("mask-channel-tail", "lab02"): _NO_BLOCKS,
-    ("mask-channel-tail", "lab07"): _NO_BLOCKS,
-    ("mask-channel-tail", "lab09"): _LAB09,
-    ("mask-channel-tail", "lab10"): _LAB10,
     ("mask-corners", "lab01"): "one scalar corner at a time: a corner outside the level is the "
                                "zero-padding rule, there is no memory access to mask",
-    ("mask-corners", "lab09"): _LAB09,
-    ("mask-corners", "lab10"): _LAB10,
-    ("zero-padding", "lab09"): _LAB09,
-    ("zero-padding", "lab10"): _LAB10,
-    ("half-pixel", "lab09"): _LAB09,
-    ("half-pixel", "lab10"): _LAB10,
-    ("floor", "lab09"): _LAB09,
-    ("floor", "lab10"): _LAB10,
-    ("xy-order", "lab09"): _LAB09,
-    ("xy-order", "lab10"): _LAB10,
     ("level-starts", "lab04"): "the bilinear kernel reads one image: there is one level",
-    ("level-starts", "lab09"): _LAB09,
-    ("write-once", "lab01"): _TORCH_OUT,
-    ("write-once", "lab02"): _TORCH_OUT,
-    ("write-once", "lab07"): _TORCH_OUT,
-    ("write-once", "lab09"): _LAB09,
-    ("write-once", "lab10"): _LAB10,
-    ("atomics", "lab01"): _GATHER,
-    ("atomics", "lab02"): _GATHER,
     ("atomics", "lab04"): _GATHER + " (Task 4.2 checks the gather is not written as a scatter)",
-    ("atomics", "lab05"): _GATHER,
-    ("atomics", "lab06"): _GATHER,
-    ("atomics", "lab10"): _LAB10,
-    ("accumulator-switch", "lab01"): _BACKWARD_ONLY,
-    ("accumulator-switch", "lab02"): _BACKWARD_ONLY,
-    ("accumulator-switch", "lab04"): _BACKWARD_ONLY,
-    ("accumulator-switch", "lab05"): _BACKWARD_ONLY,
-    ("accumulator-switch", "lab06"): _BACKWARD_ONLY,
     ("accumulator-switch", "lab07"): "lab 07 returns fp32 gradients; the switch arrives with "
                                      "the half-precision kernel of lab 08",
+    **_each("half-pixel floor level-starts", "lab07", _LAB07_GIVEN),
+    **_each("fp32-accumulation", "lab01 lab02 lab07", _TORCH_FP),
+    **_each("write-once", "lab01 lab02 lab07", _TORCH_OUT),
+    **_each("mask-query-tail mask-channel-tail", "lab01 lab02 lab07", _NO_BLOCKS),
+    **_each("atomics", "lab01 lab02 lab05 lab06", _GATHER),
+    **_each("accumulator-switch", "lab01 lab02 lab04 lab05 lab06", _BACKWARD_ONLY),
+    **_each(f"fp32-accumulation write-once level-starts {_KERNEL_RULES}", "lab09", _LAB09),
+    **_each(f"fp32-accumulation write-once atomics {_KERNEL_RULES}", "lab10", _LAB10),
 }
 
 # (rule, lab) -> what is missing: the rule applies and no test grades it yet. Shown as GAP.

@@ -95,19 +95,29 @@ class TestResult:
             raise ValueError(f"{self.name}: score {self.score} outside 0..{self.max_score}")
 
 
+class _Totals:
+    """``score`` and ``max_score`` of a result made of parts that each have both."""
+
+    def _parts(self) -> list:
+        raise NotImplementedError
+
+    @property
+    def score(self) -> int:
+        return sum(part.score for part in self._parts())
+
+    @property
+    def max_score(self) -> int:
+        return sum(part.max_score for part in self._parts())
+
+
 @dataclass
-class ExerciseResult:
+class ExerciseResult(_Totals):
     id: str
     name: str
     tests: list[TestResult] = field(default_factory=list)
 
-    @property
-    def score(self) -> int:
-        return sum(t.score for t in self.tests)
-
-    @property
-    def max_score(self) -> int:
-        return sum(t.max_score for t in self.tests)
+    def _parts(self) -> list[TestResult]:
+        return self.tests
 
     @property
     def status(self) -> str:
@@ -121,7 +131,7 @@ class ExerciseResult:
 
 
 @dataclass
-class GradeResult:
+class GradeResult(_Totals):
     lab: str
     title: str = ""
     exercises: list[ExerciseResult] = field(default_factory=list)
@@ -130,13 +140,8 @@ class GradeResult:
     integrity: dict = field(default_factory=lambda: {"checked": False, "modified": []})
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def score(self) -> int:
-        return sum(e.score for e in self.exercises)
-
-    @property
-    def max_score(self) -> int:
-        return sum(e.max_score for e in self.exercises)
+    def _parts(self) -> list[ExerciseResult]:
+        return self.exercises
 
     def tests(self):
         for ex in self.exercises:

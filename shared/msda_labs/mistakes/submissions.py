@@ -5,15 +5,16 @@ every public call's output wrong, without touching the chip's own lines.
 points to a speed test, a wrong one to a correctness test); the kit's mutant library
 (``tests/mutants/*.yaml``, key ``append:``) plants them on the CPU too.
 
-The two functions below are real, linted and tested code, and also the text that is appended:
-:func:`appended` copies a function's source after the chip with a call on the module's namespace.
-So each imports what it needs inside itself and uses only torch and the standard library (a
-submission may import nothing else of the kit).
+The functions below are real, linted and tested code, and also the text that is appended:
+:func:`appended` copies the mutant's function and the one wrapping helper both share after the
+chip, with a call on the module's namespace. So each imports what it needs inside itself and uses
+only torch and the standard library (a submission may import nothing else of the kit).
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 
 from msda_labs.mistakes.registry import Catalogue
 
@@ -24,19 +25,45 @@ SUBMISSIONS = Catalogue("whole-submission")
 _MARK = "# ---- msda_labs.gpu.prove: deliberately {kind} (appended to the chip, not part of it)"
 
 
+def _wrap_outermost_public_calls(space: dict, outermost) -> None:
+    """Wrap every public function of the module ``space`` so that a call from outside goes
+    through ``outermost(name, fn, args, kwargs)``, which makes the call and returns its result;
+    the calls those functions make to each other run plain."""
+    import functools
+    import inspect
+
+    depth = [0]
+
+    def wrap(name, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            if depth[0]:
+                return fn(*args, **kwargs)
+            depth[0] += 1
+            try:
+                return outermost(name, fn, args, kwargs)
+            finally:
+                depth[0] -= 1
+
+        return wrapper
+
+    for name, obj in list(space.items()):
+        if not name.startswith("_") and inspect.isfunction(obj) and \
+                obj.__module__ == space["__name__"]:
+            space[name] = wrap(name, obj)
+
+
 @SUBMISSIONS.register("slow", "after each public call, the device sleeps ten times that call's "
                               "own time (at least 2 ms, at most 50 ms): same results, much slower")
 def slow_down_public_calls(space: dict) -> None:
     """Wrap every public function of the module ``space`` so that each outermost call, after it
     returns, sleeps ten times its own duration (clamped to 2-50 ms) on the device."""
-    import functools
-    import inspect
     import time
 
     import torch
 
     floor_us, factor, cap_us = 2000.0, 10.0, 50000.0
-    state = {"depth": 0, "us": {}}
+    last_us = {}
 
     def delay(us):
         if torch.cuda.is_available():
@@ -62,27 +89,14 @@ def slow_down_public_calls(space: dict) -> None:
         out = fn(*args, **kwargs)
         return out, (time.perf_counter() - begin) * 1e6
 
-    def slow(name, fn):
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            if state["depth"]:
-                return fn(*args, **kwargs)
-            state["depth"] += 1
-            try:
-                out, us = timed(fn, *args, **kwargs)
-                if us is not None:
-                    state["us"][name] = us
-                delay(min(cap_us, max(floor_us, factor * state["us"].get(name, floor_us))))
-                return out
-            finally:
-                state["depth"] -= 1
+    def slow(name, fn, args, kwargs):
+        out, us = timed(fn, *args, **kwargs)
+        if us is not None:
+            last_us[name] = us
+        delay(min(cap_us, max(floor_us, factor * last_us.get(name, floor_us))))
+        return out
 
-        return wrapper
-
-    for name, obj in list(space.items()):
-        if not name.startswith("_") and inspect.isfunction(obj) and \
-                obj.__module__ == space["__name__"]:
-            space[name] = slow(name, obj)
+    _wrap_outermost_public_calls(space, slow)
 
 
 @SUBMISSIONS.register("wrong", "each public call's floating-point outputs are off by one element "
@@ -91,12 +105,7 @@ def bump_public_outputs(space: dict) -> None:
     """Wrap every public function of the module ``space`` so that each outermost call's float
     tensors (also inside tuples, named tuples and lists) come back with their first element
     raised by 1 + |x|/2."""
-    import functools
-    import inspect
-
     import torch
-
-    state = {"depth": 0}
 
     def bump(out):
         if isinstance(out, torch.Tensor) and out.is_floating_point() and out.numel() > 0:
@@ -110,34 +119,25 @@ def bump_public_outputs(space: dict) -> None:
             return [bump(item) for item in out]
         return out
 
-    def wrong(fn):
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            if state["depth"]:
-                return fn(*args, **kwargs)
-            state["depth"] += 1
-            try:
-                return bump(fn(*args, **kwargs))
-            finally:
-                state["depth"] -= 1
-
-        return wrapper
-
-    for name, obj in list(space.items()):
-        if not name.startswith("_") and inspect.isfunction(obj) and \
-                obj.__module__ == space["__name__"]:
-            space[name] = wrong(obj)
+    _wrap_outermost_public_calls(space, lambda name, fn, args, kwargs: bump(fn(*args, **kwargs)))
 
 
 def appended(kind: str) -> str:
     """The block that makes a chip the ``kind`` submission (a key of :data:`SUBMISSIONS`).
 
-    It holds the mutant's function (renamed private, so that it does not wrap itself or stay a
-    public name of the module) and one call on the module's globals.
+    It holds the wrapping helper and the mutant's function (both renamed ``_prove_...``, so that
+    they neither wrap themselves nor stay public names of the module) and one call on the
+    module's globals.
     """
     plant = SUBMISSIONS[kind].plant
-    private = f"_prove_{plant.__name__}"
-    source = inspect.getsource(plant)
-    source = source[source.index(f"def {plant.__name__}("):]  # without the decorator
-    source = source.replace(f"def {plant.__name__}(", f"def {private}(", 1)
-    return f"\n\n{_MARK.format(kind=kind)}\n{source}\n\n{private}(globals())\n"
+    names = {function.__name__: f"_prove_{function.__name__.lstrip('_')}"
+             for function in (_wrap_outermost_public_calls, plant)}
+    blocks = []
+    for function in (_wrap_outermost_public_calls, plant):
+        source = inspect.getsource(function)
+        source = source[source.index(f"def {function.__name__}("):]  # without the decorator
+        for name, private in names.items():
+            source = re.sub(rf"\b{name}\(", f"{private}(", source)
+        blocks.append(source)
+    body = "\n\n".join(blocks)
+    return f"\n\n{_MARK.format(kind=kind)}\n{body}\n\n{names[plant.__name__]}(globals())\n"

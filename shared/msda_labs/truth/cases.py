@@ -26,6 +26,7 @@ __all__ = [
     "tolerance",
     "grade_seed",
     "seeded_generator",
+    "image_and_points",
 ]
 
 # rtol, atol per dtype. The kernels accumulate in fp32, so half-precision forward error is the
@@ -66,6 +67,16 @@ def seeded_generator(seed: int) -> torch.Generator:
     gen = torch.Generator()
     gen.manual_seed(seed + 1_000_003 * grade_seed())
     return gen
+
+
+def image_and_points(gen: torch.Generator, shape: tuple[int, int, int], n_points: int,
+                     span: tuple[float, float], low: float,
+                     dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
+    """A random (H, W, C) image and ``n_points`` pixel-space points (x, y) for a bilinear sampler:
+    x drawn uniformly from [low, low + span[0]), y from [low, low + span[1])."""
+    image = torch.randn(*shape, generator=gen, dtype=dtype)
+    points = torch.rand(n_points, 2, generator=gen, dtype=dtype) * torch.tensor(span) + low
+    return image, points
 
 
 @dataclass(frozen=True)
