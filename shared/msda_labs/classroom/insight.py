@@ -35,7 +35,7 @@ from msda_labs.grading.render import render_markdown
 from msda_labs.grading.results import GradeResult, Status
 
 __all__ = ["InsightError", "Graded", "collect", "parse_due", "named_mistakes", "build_insight",
-           "write_insight", "TASK_OUTCOMES"]
+           "write_insight", "write_beside_gradebook", "TASK_OUTCOMES"]
 
 # A task's outcome for one student, in the order the page shows them.
 TASK_OUTCOMES = ("passed", "failed", "not_attempted", "crashed", "timeout")
@@ -90,7 +90,8 @@ def _from_json(path: Path) -> list[Graded]:
 def collect(paths: list[Path | str]) -> list[Graded]:
     """Every graded result under ``paths`` (files, or folders searched recursively).
 
-    A folder's JSON files that are not grade reports (a ``classroom.yml`` schema, a ``planted``
+    A folder's hidden entries (``.cache``, ``.git``) are skipped, and so are its JSON files
+    that are not grade reports (a ``classroom.yml`` schema, a ``planted``
     list) are skipped; a file named on the command line must be one. When a student's lab is
     found twice (a regrade.json and the merged report of the same submission), the report with
     more tests wins (the merged one has the GPU stage too).
@@ -106,6 +107,8 @@ def collect(paths: list[Path | str]) -> list[Graded]:
         elif path.is_dir():
             graded = []
             for file in sorted(path.rglob("*.json")):
+                if any(part.startswith(".") for part in file.relative_to(path).parts):
+                    continue  # hidden folders: caches, .git
                 try:
                     graded += _from_json(file)
                 except InsightError:
@@ -139,16 +142,23 @@ def parse_due(items: list[str] | None) -> dict[str, date]:
 # ------------------------------------------------------------------------------ named mistakes
 
 def _catalogue_sentences() -> list[tuple[str, str, str]]:
-    """``(key, label, sentence)`` for every sentence of every mistake catalogue."""
-    from msda_labs.mistakes import (
-        forward,
-        gradients,
-        grid_sample,
-        layers,
-        memory,
-        pointers,
-        submissions,
-    )
+    """``(key, label, sentence)`` for every sentence of every mistake catalogue.
+
+    The catalogues need torch; where it is not installed (the regrade workflow's gradebook job)
+    this is empty and the grader's phrases alone name the mistakes.
+    """
+    try:
+        from msda_labs.mistakes import (
+            forward,
+            gradients,
+            grid_sample,
+            layers,
+            memory,
+            pointers,
+            submissions,
+        )
+    except ImportError:
+        return []
     from msda_labs.mistakes.registry import Catalogue
 
     sentences = []
@@ -481,3 +491,21 @@ def write_insight(graded: list[Graded], out: Path | str, **options) -> list[Path
                                  f"{m['share']:.3f}", " ".join(m["tasks"]), m["meaning"]])
     written.append(mistakes_csv)
     return written
+
+
+def write_beside_gradebook(rows: list, page: Path | str) -> tuple[Path | None, str]:
+    """The batch regrade's page: ``rows`` are :class:`~msda_labs.classroom.regrade.GradebookRow`
+    (those without a result are left out). Returns ``(page or None, a line saying what
+    happened)``; a missing library or an unreadable result never stops the gradebook."""
+    graded = [Graded(row.student, row.lab, row.result, "") for row in rows
+              if row.result is not None]
+    if not graded:
+        return None, "insight page: not written (no submission was graded)"
+    try:
+        write_insight(graded, page)
+    except ImportError as exc:
+        return None, (f"insight page: not written ({exc.name} is not installed: pip install "
+                      f"'msda-labs[insight]', or jinja2 and matplotlib)")
+    except (KitError, ValueError, OSError) as exc:
+        return None, f"insight page: not written ({exc})"
+    return Path(page), f"insight page: {page}"
