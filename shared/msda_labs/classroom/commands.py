@@ -6,6 +6,7 @@
                          Classroom 50 autograder: REPO/NAME/autograders/A/autograder.py
     python -m msda_labs regrade PATH [--lab LAB] [--seed N] [--json OUT] [--gpu]
     python -m msda_labs regrade FOLDER --gradebook gradebook.csv [--prefix PREFIX]
+                         (and insight.html beside it: `insight` below; --no-insight: not)
     python -m msda_labs report grade.json --format FORMAT [--out FILE] [--github-output KEY]
     python -m msda_labs report --runners ID[,ID]               the grading reporter, in a workflow
     python -m msda_labs insight PATH... --out report.html [--due labNN=YYYY-MM-DD] [--threshold F]
@@ -87,6 +88,10 @@ def _cmd_regrade(ns) -> int:
         raise KitError(f"{path} holds no checkouts (sub-folders with a labNN.py)")
     gradebook = write_gradebook(rows, Path(ns.gradebook or "gradebook.csv"))
     print(f"gradebook: {gradebook} ({len(rows)} rows)")
+    if not ns.no_insight:
+        from msda_labs.classroom.insight import write_beside_gradebook
+
+        print(write_beside_gradebook(rows, gradebook.parent / "insight.html")[1])
     if ns.json:
         Path(ns.json).write_text(json.dumps(
             [{"student": r.student, "lab": r.lab, "commit": r.commit, "note": r.note,
@@ -186,6 +191,9 @@ def register(subparsers) -> None:
     r.add_argument("--gradebook", metavar="CSV",
                    help="batch: gradebook to write (default gradebook.csv)")
     r.add_argument("--prefix", help="batch: strip this prefix from folder names (e.g. lab-05-)")
+    r.add_argument("--no-insight", action="store_true",
+                   help="batch: do not write the class insight page (insight.html) beside the "
+                        "gradebook")
     r.set_defaults(func=_cmd_regrade)
 
     p = subparsers.add_parser("report", help="render a grade.json for a platform",
