@@ -312,10 +312,12 @@ def build_insight(graded: list[Graded], *, due: dict[str, date] | None = None,
             "tasks": [tasks[k] for k in sorted(tasks, key=_task_key)],
             "mistakes": [{"label": m["label"], "meaning": m["meaning"],
                           "students": len(m["students"]), "share": len(m["students"]) / n,
-                          "tasks": sorted(m["tasks"], key=_task_key), "hint": m["hint"]}
+                          "tasks": sorted(m["tasks"], key=_task_key), "hint": m["hint"],
+                          "who": sorted(m["students"])}
                          for m in ranked],
             "gaps": [{"test": g["test"], "task": g["task"], "students": len(g["students"]),
-                      "share": len(g["students"]) / n, "example": g["example"]}
+                      "share": len(g["students"]) / n, "example": g["example"],
+                      "who": sorted(g["students"])}
                      for g in gap_list[:10]],
             "grading_seconds": {"total": sum(durations), "median": statistics.median(durations),
                                 "max": max(durations)},
@@ -393,6 +395,7 @@ def _charts(data: dict) -> dict:
         ax.hist(lab["scores"], bins=list(bins), color="#1565c0", edgecolor="white")
         ax.set_xlabel(f"score (of {top})")
         ax.set_ylabel("students")
+        ax.yaxis.get_major_locator().set_params(integer=True)
         ax.set_title(f"{lab['lab']}: score distribution")
         score_svg = _svg(fig)
 

@@ -8,10 +8,13 @@ Each student hands in, per lab, the untouched starter, the chip (the reference s
 chip with one or two planted mistakes from the kit's mutant library (``tests/mutants/labNN.yaml``,
 or ``--mutants DIR``). Per lab, ``K`` mutants that name their mistake (an ``expect`` phrase) are
 drawn with the seed and given decreasing frequencies, so that the class has a most common mistake,
-a second, and so on. Every distinct submission is graded once (``python -m msda_labs grade``, in a
+a second, and so on. A quarter of the students with a mistake get a second one, in another task,
+from a pair whose graded feedback still names both (two mistakes in one function give an output
+that matches neither; the second may be a rarer mistake of the library; a lab without such a
+pair has none). Every distinct submission is graded once (``python -m msda_labs grade``, in a
 subprocess, cached by the hash of the lab and the file's text under ``--cache``, default
-``DIR/.cache``) and each student
-gets the result of their own file: the same file grades the same.
+``DIR/.cache``) and each student gets the result of their own file: the same file grades the
+same.
 
 ``DIR`` then holds, per lab, ``labNN/regrade.json`` (the list ``regrade --batch --json`` writes)
 and ``labNN/gradebook.csv``, and ``planted.json``: what each student was given and how many
@@ -48,6 +51,7 @@ SECOND_MISTAKE_SHARE = 0.25
 # Distinct pairs of mistakes per lab: each distinct file is graded once, so a handful of pairs
 # keeps a class of any size cheap to grade.
 MAX_PAIRS = 3
+MAX_PAIR_TRIES = 8
 
 
 class SampleClassError(KitError, ValueError):
@@ -63,6 +67,7 @@ class Mutant:
     why: str
     replace: tuple
     expect: str = ""
+    tasks: tuple = ()  # the tasks it loses points in (empty: not declared)
 
     def apply(self, source: str) -> str:
         for old, new in self.replace:
@@ -89,7 +94,8 @@ def load_mutants(lab_id: str, folder: Path | None = None) -> list[Mutant]:
                                f"a folder of labNN.yaml files)")
     entries = yaml.safe_load(path.read_text()) or []
     return [Mutant(lab_id, e["id"], " ".join(str(e.get("why", "")).split()),
-                   tuple(tuple(pair) for pair in e["replace"]), e.get("expect") or "")
+                   tuple(tuple(pair) for pair in e["replace"]), e.get("expect") or "",
+                   tuple(str(t) for t in e.get("tasks") or ()))
             for e in entries if e.get("replace")]
 
 
@@ -114,7 +120,7 @@ def _counts(total: int, planted: int) -> list[int]:
 
 
 def _assign(lab_id: str, students: list[str], mutants: list[Mutant], chip: str, planted: int,
-            rng: random.Random) -> dict[str, list[str]]:
+            rng: random.Random, pair_ok) -> dict[str, list[str]]:
     """What each student hands in: ``["starter"]``, ``[]`` (the chip) or mutant ids."""
     named = [m for m in mutants if m.expect and plant(chip, [m]) is not None]
     # One mutant per named mistake: two mutants sharing an expect phrase would merge on the page.
@@ -135,21 +141,25 @@ def _assign(lab_id: str, students: list[str], mutants: list[Mutant], chip: str, 
               for _ in range(count)]
     for student, first in zip(mutated, firsts):
         plan[student] = [first]
+    # A second mistake only where both stay visible: two mistakes in one function give an output
+    # that matches neither, which no grader can name. Candidates (declared in other tasks) are
+    # graded, and a pair is kept when its feedback still holds both `expect` phrases.
+    # The second mistake may be any named one of the library (a rarer one, planted only there).
+    candidates = [(a, b) for a in chosen for b in by_expect.values()
+                  if a.id != b.id and a.tasks and b.tasks and not set(a.tasks) & set(b.tasks)
+                  and plant(chip, [a, b]) is not None]
     pairs = []
-    for a in chosen:
-        for b in chosen:
-            if a.id < b.id and plant(chip, [a, b]) is not None:
-                pairs.append((a.id, b.id))
-    pairs = rng.sample(pairs, min(MAX_PAIRS, len(pairs)))
+    for a, b in rng.sample(candidates, min(MAX_PAIR_TRIES, len(candidates))):
+        if len(pairs) < MAX_PAIRS and pair_ok(a, b):
+            pairs.append((a.id, b.id))
     n_second = round(len(mutated) * SECOND_MISTAKE_SHARE)
-    for student in mutated:
+    for student in rng.sample(mutated, len(mutated)):
         if n_second == 0:
             break
         first = plan[student][0]
-        fits = [p for p in pairs if first in p]
+        fits = [second for one, second in pairs if one == first]
         if fits:
-            pair = rng.choice(fits)
-            plan[student] = [first, pair[1] if pair[0] == first else pair[0]]
+            plan[student] = [first, rng.choice(fits)]
             n_second -= 1
     return plan
 
@@ -203,7 +213,13 @@ def make_class(students: int, out: Path, labs: list[str], *, seed: int = 0,
         starter = (root / lab.folder / f"{lab.id}.py").read_text()
         library = {m.id: m for m in load_mutants(lab.id, mutants)}
         rng = random.Random(f"{seed}/{lab.id}")
-        plan = _assign(lab.id, names, list(library.values()), chip, planted, rng)
+
+        def both_named(a: Mutant, b: Mutant, lab_id: str = lab.id, chip: str = chip) -> bool:
+            graded = _grade(lab_id, plant(chip, [a, b]), cache, root)
+            feedback = " ".join(t["message"] for ex in graded["exercises"] for t in ex["tests"])
+            return a.expect in feedback and b.expect in feedback
+
+        plan = _assign(lab.id, names, list(library.values()), chip, planted, rng, both_named)
         sources = {}
         for student, given in plan.items():
             if given == ["starter"]:
