@@ -206,7 +206,7 @@ def _chromium() -> str | None:
         shutil.which("chromium-browser")
 
 
-def test_page_opens_in_headless_chromium(small_class, tmp_path):
+def test_page_opens_in_headless_chromium(request, tmp_path):
     """No console error, every chart drawn, the student table sorts."""
     executable = _chromium()
     if executable is None:
@@ -214,7 +214,7 @@ def test_page_opens_in_headless_chromium(small_class, tmp_path):
                     "(Debian: apt-get install -y chromium; .ci/run installs it as root)")
     sync_api = pytest.importorskip("playwright.sync_api",
                                    reason="playwright (requirements-dev.txt) is not installed")
-    page_path, _, _ = small_class
+    page_path = request.getfixturevalue("small_class")[0]
     problems = []
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=executable,
@@ -284,3 +284,24 @@ def test_regrade_workflow_gradebook_writes_the_page_and_a_summary_line(tmp_path)
         [(why.split(":")[0], 1)]
     assert "https://github.com/course/kit/actions/runs/42#artifacts" in summary.read_text()
     assert "`insight.html`" in summary.read_text()
+
+
+def test_batch_regrade_page_beside_the_gradebook(tmp_path, monkeypatch):
+    """`regrade --batch` writes insight.html beside the gradebook; a missing library says so and
+    never stops the gradebook."""
+    from msda_labs.classroom import insight
+    from msda_labs.classroom.regrade import GradebookRow
+
+    result = _result("lab05", {"5.1": [("test_x", "passed", 2, 2, "")]})
+    rows = [GradebookRow("ada", "lab05", 2, 2, "clean", "", result=result),
+            GradebookRow("bob", "", "", "", "not graded", "", "no lab05.py")]
+    page, line = insight.write_beside_gradebook(rows, tmp_path / "insight.html")
+    assert page == tmp_path / "insight.html" and page.is_file() and line.endswith(str(page))
+    assert insight.write_beside_gradebook(rows[1:], tmp_path / "none.html")[0] is None
+
+    def missing(*args, **kwargs):
+        raise ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib")
+
+    monkeypatch.setattr(insight, "write_insight", missing)
+    page, line = insight.write_beside_gradebook(rows, tmp_path / "again.html")
+    assert page is None and "matplotlib is not installed" in line
