@@ -305,3 +305,22 @@ def test_batch_regrade_page_beside_the_gradebook(tmp_path, monkeypatch):
     monkeypatch.setattr(insight, "write_insight", missing)
     page, line = insight.write_beside_gradebook(rows, tmp_path / "again.html")
     assert page is None and "matplotlib is not installed" in line
+
+
+def test_collect_merges_the_workflow_artifacts_of_one_submission(tmp_path):
+    """Downloaded regrade artifacts: regrade-<student>/regrade.json (CPU stages) and
+    gpu-<student>/gpu.json (GPU stage) are one student's one lab."""
+    cpu = _result("lab05", {"5.1": [("test_cpu", "passed", 2, 2, "")]})
+    cpu.stages = ["interpret"]
+    gpu = _result("lab05", {"5.4": [("test_gpu", "failed", 0, 3, "slow")]})
+    gpu.stages = ["gpu"]
+    (tmp_path / "regrade-c--ada").mkdir()
+    (tmp_path / "regrade-c--ada" / "regrade.json").write_text(json.dumps(
+        [{"student": "c--ada", "lab": "lab05", "commit": "", "note": "",
+          "result": cpu.to_dict()}]))
+    (tmp_path / "gpu-c--ada").mkdir()
+    gpu.write_json(tmp_path / "gpu-c--ada" / "gpu.json")
+    (graded,) = collect([tmp_path])
+    assert graded.student == "c--ada"
+    assert (graded.result.score, graded.result.max_score) == (2, 5)
+    assert sorted(graded.result.stages) == ["gpu", "interpret"]

@@ -65,7 +65,15 @@ class Graded:
 # ---------------------------------------------------------------------------------- reading
 
 def _student_of(path: Path) -> str:
-    return path.parent.name if path.name in _REPORT_FILES else path.stem
+    """A report's student: its folder for grade.json (and the regrade workflow's artifacts
+    ``regrade-<student>/``, ``gpu-<student>/``), else the file's name."""
+    if path.name not in _REPORT_FILES:
+        return path.stem
+    folder = path.parent.name
+    for prefix in ("regrade-", "gpu-"):
+        if folder.startswith(prefix) and len(folder) > len(prefix):
+            return folder[len(prefix):]
+    return folder
 
 
 def _from_json(path: Path) -> list[Graded]:
@@ -91,10 +99,11 @@ def collect(paths: list[Path | str]) -> list[Graded]:
     """Every graded result under ``paths`` (files, or folders searched recursively).
 
     A folder's hidden entries (``.cache``, ``.git``) are skipped, and so are its JSON files
-    that are not grade reports (a ``classroom.yml`` schema, a ``planted``
-    list) are skipped; a file named on the command line must be one. When a student's lab is
-    found twice (a regrade.json and the merged report of the same submission), the report with
-    more tests wins (the merged one has the GPU stage too).
+    that are not grade reports (a schema, a ``planted.json``); a file named on the command line
+    must be one. When a student's lab is
+    found twice, reports of different stages (the workflow's ``regrade-<student>/regrade.json``
+    and ``gpu-<student>/gpu.json``) are merged; otherwise (a regrade.json and the merged report
+    of the same submission) the report with more tests wins.
     """
     found: dict[tuple[str, str], Graded] = {}
     for raw in paths:
@@ -118,7 +127,12 @@ def collect(paths: list[Path | str]) -> list[Graded]:
         for item in graded:
             key = (item.student, item.lab)
             known = found.get(key)
-            if known is None or len(list(item.result.tests())) > len(list(known.result.tests())):
+            if known is None:
+                found[key] = item
+            elif not set(item.result.stages) & set(known.result.stages) and \
+                    item.result.stages and known.result.stages:
+                known.result.merge(item.result)  # the CPU stages and the GPU stage, apart
+            elif len(list(item.result.tests())) > len(list(known.result.tests())):
                 found[key] = item
     if not found:
         raise InsightError(f"no grade reports found in {', '.join(map(str, paths))}")
