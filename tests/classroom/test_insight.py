@@ -23,8 +23,8 @@ from msda_labs.classroom.insight import (
     collect,
     named_mistakes,
     parse_due,
-    write_insight,
 )
+from msda_labs.classroom.insight_page import write_insight
 from msda_labs.classroom.sample_class import make_class
 from msda_labs.grading.results import ExerciseResult, GradeResult, TestResult
 from msda_labs.mistakes.forward import FORWARD
@@ -289,7 +289,7 @@ def test_regrade_workflow_gradebook_writes_the_page_and_a_summary_line(tmp_path)
 def test_batch_regrade_page_beside_the_gradebook(tmp_path, monkeypatch):
     """`regrade --batch` writes insight.html beside the gradebook; a missing library says so and
     never stops the gradebook."""
-    from msda_labs.classroom import insight
+    from msda_labs.classroom import insight_page as insight
     from msda_labs.classroom.regrade import GradebookRow
 
     result = _result("lab05", {"5.1": [("test_x", "passed", 2, 2, "")]})

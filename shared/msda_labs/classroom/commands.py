@@ -89,7 +89,7 @@ def _cmd_regrade(ns) -> int:
     gradebook = write_gradebook(rows, Path(ns.gradebook or "gradebook.csv"))
     print(f"gradebook: {gradebook} ({len(rows)} rows)")
     if not ns.no_insight:
-        from msda_labs.classroom.insight import write_beside_gradebook
+        from msda_labs.classroom.insight_page import write_beside_gradebook
 
         print(write_beside_gradebook(rows, gradebook.parent / "insight.html")[1])
     if ns.json:
@@ -131,7 +131,8 @@ def _cmd_report(ns) -> int:
 def _cmd_insight(ns) -> int:
     from datetime import date
 
-    from msda_labs.classroom.insight import collect, parse_due, write_insight
+    from msda_labs.classroom.insight import collect, parse_due
+    from msda_labs.classroom.insight_page import write_insight
 
     try:
         today = date.fromisoformat(ns.today) if ns.today else None

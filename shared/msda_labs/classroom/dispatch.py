@@ -320,7 +320,7 @@ def _cmd_gradebook(ns) -> int:
     write_gradebook(rows, Path(ns.out))
     summary = render_summary(lab, rows, gpu=gpu)
     if ns.insight:
-        from msda_labs.classroom.insight import write_beside_gradebook
+        from msda_labs.classroom.insight_page import write_beside_gradebook
 
         page, line = write_beside_gradebook(rows, Path(ns.insight))
         print(line)

@@ -10,7 +10,7 @@ its styles, its sorting script and its charts (SVG drawn by matplotlib) are insi
 it loads nothing from the network. Beside it: ``<name>.json`` (every number on the page),
 ``<name>-students.csv`` (one row per student, lab and task), ``<name>-mistakes.csv`` and one
 Markdown report per student and lab (``<name>-reports/<lab>/<student>.md``), which the page's
-student table links to.
+student table links to. The page itself is written by :mod:`.insight_page`.
 
 A *named mistake* is a failure whose message says which known mistake the output matched: a
 sentence of the mistake catalogues (:mod:`msda_labs.mistakes`), or the grader's "this is
@@ -20,8 +20,6 @@ is a *feedback gap*: the student learns that it failed, not why.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import re
@@ -31,17 +29,16 @@ from datetime import date
 from pathlib import Path
 
 from msda_labs.errors import KitError
-from msda_labs.grading.render import render_markdown
 from msda_labs.grading.results import GradeResult, Status
 
 __all__ = ["InsightError", "Graded", "collect", "parse_due", "named_mistakes", "build_insight",
-           "write_insight", "write_beside_gradebook", "TASK_OUTCOMES"]
+           "safe_name", "TASK_OUTCOMES", "OUTCOME_LABEL", "OUTCOME_COLOUR"]
 
 # A task's outcome for one student, in the order the page shows them.
 TASK_OUTCOMES = ("passed", "failed", "not_attempted", "crashed", "timeout")
-_OUTCOME_LABEL = {"passed": "passed", "failed": "failed", "not_attempted": "not attempted",
+OUTCOME_LABEL = {"passed": "passed", "failed": "failed", "not_attempted": "not attempted",
                   "crashed": "crashed", "timeout": "timed out"}
-_OUTCOME_COLOUR = {"passed": "#2e7d32", "failed": "#c62828", "not_attempted": "#9e9e9e",
+OUTCOME_COLOUR = {"passed": "#2e7d32", "failed": "#c62828", "not_attempted": "#9e9e9e",
                    "crashed": "#6a1b9a", "timeout": "#ef6c00"}
 _REPORT_FILES = ("grade.json", "regrade.json", "gpu.json")
 _EXACT = re.compile(r"this is exactly the output of (?P<text>[^;]+)")
@@ -280,249 +277,110 @@ def build_insight(graded: list[Graded], *, due: dict[str, date] | None = None,
     by_lab: dict[str, list[Graded]] = {}
     for item in graded:
         by_lab.setdefault(item.lab, []).append(item)
-    students = sorted({g.student for g in graded})
-    labs = []
-    for lab_id in sorted(by_lab):
-        items = by_lab[lab_id]
-        title, folder = _lab_meta(lab_id)
-        title = title or items[0].result.title
-        hint = _hint_link(handouts, folder, out_dir)
-        max_score = max(g.result.max_score for g in items)
-        tasks: dict[str, dict] = {}
-        mistakes: dict[str, dict] = {}
-        gaps: dict[str, dict] = {}
-        durations = []
-        for item in items:
-            durations.append(sum(t.duration for _, t in item.result.tests()))
-            named_here: set[str] = set()
-            for ex in item.result.exercises:
-                task = tasks.setdefault(ex.id, {"id": ex.id, "name": ex.name,
-                                                **{o: 0 for o in TASK_OUTCOMES}})
-                task[_task_outcome({t.status for t in ex.tests})] += 1
-                for test in ex.tests:
-                    if test.status.passed or test.status is Status.NOT_ATTEMPTED:
-                        continue
-                    names = named_mistakes(test.message, catalogue)
-                    for label, meaning in names:
-                        entry = mistakes.setdefault(label, {
-                            "label": label, "meaning": meaning, "students": set(),
-                            "tasks": set(), "hint": hint})
-                        entry["students"].add(item.student)
-                        entry["tasks"].add(ex.id)
-                        named_here.add(label)
-                    if not names and test.status is Status.FAILED:
-                        gap = gaps.setdefault(test.name, {"test": test.name, "task": ex.id,
-                                                          "students": set(),
-                                                          "example": test.message[:300]})
-                        gap["students"].add(item.student)
-        n = len(items)
-        ranked = sorted(mistakes.values(), key=lambda m: (-len(m["students"]), m["label"]))
-        gap_list = sorted(gaps.values(), key=lambda g: (-len(g["students"]), g["test"]))
-        scores = [g.result.score for g in items]
-        labs.append({
-            "lab": lab_id, "title": title, "students": n, "max_score": max_score,
-            "mean_share": statistics.fmean(s / max_score for s in scores) if max_score else 0.0,
-            "median_score": statistics.median(scores), "scores": scores,
-            "tasks": [tasks[k] for k in sorted(tasks, key=_task_key)],
-            "mistakes": [{"label": m["label"], "meaning": m["meaning"],
-                          "students": len(m["students"]), "share": len(m["students"]) / n,
-                          "tasks": sorted(m["tasks"], key=_task_key), "hint": m["hint"],
-                          "who": sorted(m["students"])}
-                         for m in ranked],
-            "gaps": [{"test": g["test"], "task": g["task"], "students": len(g["students"]),
-                      "share": len(g["students"]) / n, "example": g["example"],
-                      "who": sorted(g["students"])}
-                     for g in gap_list[:10]],
-            "grading_seconds": {"total": sum(durations), "median": statistics.median(durations),
-                                "max": max(durations)},
-            "due": due[lab_id].isoformat() if lab_id in due else "",
-        })
-    table = []
-    stuck = []
+    labs = [_lab_summary(lab_id, by_lab[lab_id], catalogue,
+                         _hint_link(handouts, _lab_meta(lab_id)[1], out_dir), due.get(lab_id))
+            for lab_id in sorted(by_lab)]
     lookup = {(g.student, g.lab): g for g in graded}
-    for student in students:
-        row = {"student": student, "labs": {}, "stuck": []}
-        for lab in labs:
-            item = lookup.get((student, lab["lab"]))
-            if item is None:
-                row["labs"][lab["lab"]] = None
-                continue
-            share = item.result.score / item.result.max_score if item.result.max_score else 0.0
-            attempted = any(t.status is not Status.NOT_ATTEMPTED for _, t in item.result.tests())
-            row["labs"][lab["lab"]] = {
-                "score": item.result.score, "max": item.result.max_score, "share": share,
-                "attempted": attempted,
-                "tasks": {ex.id: _task_outcome({t.status for t in ex.tests})
-                          for ex in item.result.exercises},
-                "report": f"{lab['lab']}/{_safe(student)}.md"}
-        for lab_id, day in sorted(due.items()):
-            cell = row["labs"].get(lab_id)
-            if day <= today and (cell is None or not cell["attempted"]):
-                row["stuck"].append(f"{lab_id} not attempted (due {day.isoformat()})")
-        for lab in labs:
-            cell = row["labs"][lab["lab"]]
-            if cell and cell["attempted"] and cell["share"] < threshold:
-                row["stuck"].append(f"{lab['lab']} at {cell['share']:.0%} "
-                                    f"(below {threshold:.0%})")
-        table.append(row)
-        if row["stuck"]:
-            stuck.append({"student": student, "reasons": row["stuck"]})
-    return {"today": today.isoformat(), "threshold": threshold, "students": len(students),
+    table = [_student_row(student, labs, lookup, due, today, threshold)
+             for student in sorted({g.student for g in graded})]
+    stuck = [{"student": row["student"], "reasons": row["stuck"]} for row in table if row["stuck"]]
+    return {"today": today.isoformat(), "threshold": threshold, "students": len(table),
             "labs": labs, "ladder": [{"lab": lab["lab"], "mean_share": lab["mean_share"]}
                                      for lab in labs],
             "stuck": stuck, "table": table}
+
+
+def _tally_submission(item: Graded, catalogue, hint: str, tasks: dict, mistakes: dict,
+                      gaps: dict) -> None:
+    """Add one student's result to a lab's task outcomes, named mistakes and feedback gaps."""
+    for ex in item.result.exercises:
+        task = tasks.setdefault(ex.id, {"id": ex.id, "name": ex.name,
+                                        **{o: 0 for o in TASK_OUTCOMES}})
+        task[_task_outcome({t.status for t in ex.tests})] += 1
+        for test in ex.tests:
+            if test.status.passed or test.status is Status.NOT_ATTEMPTED:
+                continue
+            names = named_mistakes(test.message, catalogue)
+            for label, meaning in names:
+                entry = mistakes.setdefault(label, {
+                    "label": label, "meaning": meaning, "students": set(), "tasks": set(),
+                    "hint": hint})
+                entry["students"].add(item.student)
+                entry["tasks"].add(ex.id)
+            if not names and test.status is Status.FAILED:
+                gap = gaps.setdefault(test.name, {"test": test.name, "task": ex.id,
+                                                  "students": set(),
+                                                  "example": test.message[:300]})
+                gap["students"].add(item.student)
+
+
+def _lab_summary(lab_id: str, items: list[Graded], catalogue, hint: str,
+                 due_day: date | None) -> dict:
+    """One lab's part of the page: scores, task outcomes, ranked mistakes, gaps, timing."""
+    title = _lab_meta(lab_id)[0] or items[0].result.title
+    max_score = max(g.result.max_score for g in items)
+    tasks: dict[str, dict] = {}
+    mistakes: dict[str, dict] = {}
+    gaps: dict[str, dict] = {}
+    for item in items:
+        _tally_submission(item, catalogue, hint, tasks, mistakes, gaps)
+    durations = [sum(t.duration for _, t in item.result.tests()) for item in items]
+    n = len(items)
+    ranked = sorted(mistakes.values(), key=lambda m: (-len(m["students"]), m["label"]))
+    gap_list = sorted(gaps.values(), key=lambda g: (-len(g["students"]), g["test"]))
+    scores = [g.result.score for g in items]
+    return {
+        "lab": lab_id, "title": title, "students": n, "max_score": max_score,
+        "mean_share": statistics.fmean(s / max_score for s in scores) if max_score else 0.0,
+        "median_score": statistics.median(scores), "scores": scores,
+        "tasks": [tasks[k] for k in sorted(tasks, key=_task_key)],
+        "mistakes": [{"label": m["label"], "meaning": m["meaning"],
+                      "students": len(m["students"]), "share": len(m["students"]) / n,
+                      "tasks": sorted(m["tasks"], key=_task_key), "hint": m["hint"],
+                      "who": sorted(m["students"])}
+                     for m in ranked],
+        "gaps": [{"test": g["test"], "task": g["task"], "students": len(g["students"]),
+                  "share": len(g["students"]) / n, "example": g["example"],
+                  "who": sorted(g["students"])}
+                 for g in gap_list[:10]],
+        "grading_seconds": {"total": sum(durations), "median": statistics.median(durations),
+                            "max": max(durations)},
+        "due": due_day.isoformat() if due_day else "",
+    }
+
+
+def _student_row(student: str, labs: list[dict], lookup: dict, due: dict[str, date],
+                 today: date, threshold: float) -> dict:
+    """One row of the students' table, with the reasons the student counts as stuck."""
+    row = {"student": student, "labs": {}, "stuck": []}
+    for lab in labs:
+        item = lookup.get((student, lab["lab"]))
+        if item is None:
+            row["labs"][lab["lab"]] = None
+            continue
+        share = item.result.score / item.result.max_score if item.result.max_score else 0.0
+        attempted = any(t.status is not Status.NOT_ATTEMPTED for _, t in item.result.tests())
+        row["labs"][lab["lab"]] = {
+            "score": item.result.score, "max": item.result.max_score, "share": share,
+            "attempted": attempted,
+            "tasks": {ex.id: _task_outcome({t.status for t in ex.tests})
+                      for ex in item.result.exercises},
+            "report": f"{lab['lab']}/{safe_name(student)}.md"}
+    for lab_id, day in sorted(due.items()):
+        cell = row["labs"].get(lab_id)
+        if day <= today and (cell is None or not cell["attempted"]):
+            row["stuck"].append(f"{lab_id} not attempted (due {day.isoformat()})")
+    for lab in labs:
+        cell = row["labs"][lab["lab"]]
+        if cell and cell["attempted"] and cell["share"] < threshold:
+            row["stuck"].append(f"{lab['lab']} at {cell['share']:.0%} (below {threshold:.0%})")
+    return row
 
 
 def _task_key(task_id: str):
     return [int(p) if p.isdigit() else p for p in re.split(r"[.\s]", task_id)]
 
 
-def _safe(name: str) -> str:
+def safe_name(name: str) -> str:
+    """A student's name as a file name."""
     return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "student"
-
-
-# ------------------------------------------------------------------------------------ charts
-
-def _svg(figure) -> str:
-    import matplotlib.pyplot as plt
-
-    buffer = io.StringIO()
-    figure.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
-    plt.close(figure)
-    text = buffer.getvalue()
-    return text[text.index("<svg"):]
-
-
-def _charts(data: dict) -> dict:
-    """SVG charts: per lab the score histogram and the task outcomes, and the ladder."""
-    import matplotlib
-
-    matplotlib.use("svg")
-    import matplotlib.pyplot as plt
-
-    plt.rcParams.update({"svg.hashsalt": "msda-insight", "font.size": 9})
-    charts: dict = {"labs": {}}
-    for lab in data["labs"]:
-        fig, ax = plt.subplots(figsize=(4.2, 2.4))
-        top = lab["max_score"]
-        bins = range(0, top + 2, max(1, (top + 1) // 12 or 1))
-        ax.hist(lab["scores"], bins=list(bins), color="#1565c0", edgecolor="white")
-        ax.set_xlabel(f"score (of {top})")
-        ax.set_ylabel("students")
-        ax.yaxis.get_major_locator().set_params(integer=True)
-        ax.set_title(f"{lab['lab']}: score distribution")
-        score_svg = _svg(fig)
-
-        tasks = lab["tasks"]
-        fig, ax = plt.subplots(figsize=(4.6, 0.5 + 0.38 * len(tasks)))
-        names = [f"Task {t['id']}" for t in tasks]
-        left = [0.0] * len(tasks)
-        for outcome in TASK_OUTCOMES:
-            shares = [t[outcome] / lab["students"] for t in tasks]
-            ax.barh(names, shares, left=left, color=_OUTCOME_COLOUR[outcome],
-                    label=_OUTCOME_LABEL[outcome])
-            left = [a + b for a, b in zip(left, shares)]
-        ax.invert_yaxis()
-        ax.set_xlim(0, 1)
-        ax.set_xlabel("share of students")
-        ax.legend(ncol=3, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.35),
-                  frameon=False)
-        charts["labs"][lab["lab"]] = {"scores": score_svg, "tasks": _svg(fig)}
-
-    fig, ax = plt.subplots(figsize=(5.2, 2.4))
-    ladder = data["ladder"]
-    ax.plot([p["lab"] for p in ladder], [100 * p["mean_share"] for p in ladder], marker="o",
-            color="#1565c0")
-    ax.axhline(100 * data["threshold"], color="#c62828", linestyle="--", linewidth=1,
-               label="threshold")
-    ax.set_ylim(0, 100)
-    ax.set_ylabel("class average (% of points)")
-    ax.legend(fontsize=7, frameon=False)
-    charts["ladder"] = _svg(fig)
-    return charts
-
-
-# ------------------------------------------------------------------------------------ writing
-
-def _template():
-    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
-
-    env = Environment(loader=PackageLoader("msda_labs.classroom", "templates"),
-                      autoescape=select_autoescape(["html", "j2"]), undefined=StrictUndefined,
-                      trim_blocks=True, lstrip_blocks=True)
-    env.filters["pct"] = lambda value: f"{100 * value:.0f}%"
-    return env.get_template("insight.html.j2")
-
-
-def write_insight(graded: list[Graded], out: Path | str, **options) -> list[Path]:
-    """Write the page ``out`` and, beside it, the JSON, the CSVs and the students' reports.
-
-    Returns the paths written (the page first). ``options``: see :func:`build_insight`.
-    """
-    from markupsafe import Markup
-
-    out = Path(out)
-    if out.suffix.lower() not in (".html", ".htm"):
-        raise InsightError(f"--out {out}: give the page's file name, ending in .html")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    data = build_insight(graded, out_dir=out.parent, **options)
-    reports = out.parent / f"{out.stem}-reports"
-    lookup = {(g.student, g.lab): g for g in graded}
-    for (student, lab), item in lookup.items():
-        path = reports / lab / f"{_safe(student)}.md"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(render_markdown(item.result))
-    charts = _charts(data)
-    safe_charts = {"ladder": Markup(charts["ladder"]),
-                   "labs": {k: {n: Markup(v) for n, v in c.items()}
-                            for k, c in charts["labs"].items()}}
-    page = _template().render(data=data, charts=safe_charts, reports=reports.name,
-                              outcomes=TASK_OUTCOMES, outcome_label=_OUTCOME_LABEL,
-                              outcome_colour=_OUTCOME_COLOUR)
-    out.write_text(page)
-    written = [out]
-    json_path = out.with_suffix(".json")
-    json_path.write_text(json.dumps(data, indent=2) + "\n")
-    written.append(json_path)
-    students_csv = out.parent / f"{out.stem}-students.csv"
-    with open(students_csv, "w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["student", "lab", "score", "max", "task", "outcome", "stuck"])
-        for row in data["table"]:
-            stuck = "; ".join(row["stuck"])
-            for lab_id, cell in row["labs"].items():
-                if cell is None:
-                    writer.writerow([row["student"], lab_id, "", "", "", "no report", stuck])
-                    continue
-                for task, outcome in cell["tasks"].items():
-                    writer.writerow([row["student"], lab_id, cell["score"], cell["max"], task,
-                                     outcome, stuck])
-    written.append(students_csv)
-    mistakes_csv = out.parent / f"{out.stem}-mistakes.csv"
-    with open(mistakes_csv, "w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["lab", "rank", "mistake", "students", "share", "tasks", "meaning"])
-        for lab in data["labs"]:
-            for rank, m in enumerate(lab["mistakes"], 1):
-                writer.writerow([lab["lab"], rank, m["label"], m["students"],
-                                 f"{m['share']:.3f}", " ".join(m["tasks"]), m["meaning"]])
-    written.append(mistakes_csv)
-    return written
-
-
-def write_beside_gradebook(rows: list, page: Path | str) -> tuple[Path | None, str]:
-    """The batch regrade's page: ``rows`` are :class:`~msda_labs.classroom.regrade.GradebookRow`
-    (those without a result are left out). Returns ``(page or None, a line saying what
-    happened)``; a missing library or an unreadable result never stops the gradebook."""
-    graded = [Graded(row.student, row.lab, row.result, "") for row in rows
-              if row.result is not None]
-    if not graded:
-        return None, "insight page: not written (no submission was graded)"
-    try:
-        write_insight(graded, page)
-    except ImportError as exc:
-        return None, (f"insight page: not written ({exc.name} is not installed: pip install "
-                      f"'msda-labs[insight]', or jinja2 and matplotlib)")
-    except (KitError, ValueError, OSError) as exc:
-        return None, f"insight page: not written ({exc})"
-    return Path(page), f"insight page: {page}"
