@@ -1,4 +1,4 @@
-"""The classroom subcommands of ``python -m msda_labs``: export, regrade, report.
+"""The classroom subcommands of ``python -m msda_labs``: export, regrade, report, insight.
 
     python -m msda_labs export LAB|all --out DIR [--git] [--force] [--reporter-action A@SHA]
     python -m msda_labs export LAB --gradescope OUT.zip        Gradescope autograder zip
@@ -6,8 +6,11 @@
                          Classroom 50 autograder: REPO/NAME/autograders/A/autograder.py
     python -m msda_labs regrade PATH [--lab LAB] [--seed N] [--json OUT] [--gpu]
     python -m msda_labs regrade FOLDER --gradebook gradebook.csv [--prefix PREFIX]
+                         (and insight.html beside it: `insight` below; --no-insight: not)
     python -m msda_labs report grade.json --format FORMAT [--out FILE] [--github-output KEY]
     python -m msda_labs report --runners ID[,ID]               the grading reporter, in a workflow
+    python -m msda_labs insight PATH... --out report.html [--due labNN=YYYY-MM-DD] [--threshold F]
+                         what the class is getting wrong: one self-contained page (+ CSV, JSON)
 """
 
 from __future__ import annotations
@@ -85,6 +88,10 @@ def _cmd_regrade(ns) -> int:
         raise KitError(f"{path} holds no checkouts (sub-folders with a labNN.py)")
     gradebook = write_gradebook(rows, Path(ns.gradebook or "gradebook.csv"))
     print(f"gradebook: {gradebook} ({len(rows)} rows)")
+    if not ns.no_insight:
+        from msda_labs.classroom.insight_page import write_beside_gradebook
+
+        print(write_beside_gradebook(rows, gradebook.parent / "insight.html")[1])
     if ns.json:
         Path(ns.json).write_text(json.dumps(
             [{"student": r.student, "lab": r.lab, "commit": r.commit, "note": r.note,
@@ -119,10 +126,32 @@ def _cmd_report(ns) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------------------- insight
+
+def _cmd_insight(ns) -> int:
+    from datetime import date
+
+    from msda_labs.classroom.insight import collect, parse_due
+    from msda_labs.classroom.insight_page import write_insight
+
+    try:
+        today = date.fromisoformat(ns.today) if ns.today else None
+    except ValueError:
+        raise KitError(f"--today {ns.today!r}: give a date YYYY-MM-DD") from None
+    graded = collect(ns.paths)
+    written = write_insight(graded, ns.out, due=parse_due(ns.due), threshold=ns.threshold,
+                            today=today, handouts=ns.handouts)
+    print(f"insight: {len(graded)} graded result(s) of "
+          f"{len({g.student for g in graded})} student(s)")
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
 # -------------------------------------------------------------------------------------- register
 
 def register(subparsers) -> None:
-    """Add ``export``, ``regrade`` and ``report`` to the ``python -m msda_labs`` parser."""
+    """Add ``export``, ``regrade``, ``report`` and ``insight`` to ``python -m msda_labs``."""
     raw = argparse.RawDescriptionHelpFormatter
     e = subparsers.add_parser("export", help="write template repositories (and teacher graders)",
                               description=__doc__, formatter_class=raw)
@@ -163,6 +192,9 @@ def register(subparsers) -> None:
     r.add_argument("--gradebook", metavar="CSV",
                    help="batch: gradebook to write (default gradebook.csv)")
     r.add_argument("--prefix", help="batch: strip this prefix from folder names (e.g. lab-05-)")
+    r.add_argument("--no-insight", action="store_true",
+                   help="batch: do not write the class insight page (insight.html) beside the "
+                        "gradebook")
     r.set_defaults(func=_cmd_regrade)
 
     p = subparsers.add_parser("report", help="render a grade.json for a platform",
@@ -175,3 +207,20 @@ def register(subparsers) -> None:
     p.add_argument("--runners", metavar="IDS",
                    help="act as autograding-grading-reporter: read $<ID>_RESULTS of each runner")
     p.set_defaults(func=_cmd_report)
+
+    i = subparsers.add_parser("insight", help="a class report from graded results (HTML page)",
+                              description=__doc__, formatter_class=raw)
+    i.add_argument("paths", nargs="+", metavar="PATH",
+                   help="grade.json files, regrade --batch --json lists, or folders of them")
+    i.add_argument("--out", default="insight.html", metavar="HTML",
+                   help="the page to write (default insight.html); JSON and CSV go beside it")
+    i.add_argument("--due", action="append", metavar="LAB=DATE",
+                   help="a lab due by a date (labNN=YYYY-MM-DD), repeatable: a student without "
+                        "an attempt at it is stuck")
+    i.add_argument("--threshold", type=float, default=0.5, metavar="F",
+                   help="a student below this share of a lab's points is stuck (default 0.5)")
+    i.add_argument("--today", metavar="DATE", help="the day to judge due dates by (default today)")
+    i.add_argument("--handouts", metavar="URL",
+                   help="base URL of the lab folders for the hint links (default: a path to the "
+                        "kit's handouts)")
+    i.set_defaults(func=_cmd_insight)

@@ -2,6 +2,7 @@
 
     python -m msda_labs.classroom.dispatch plan [--lab LAB] [--submissions TEXT] [--gpu]
     python -m msda_labs.classroom.dispatch gradebook --reports DIR [--out CSV] [--merged DIR]
+                                                    [--insight HTML]
 
 The workflow passes its ``workflow_dispatch`` inputs through the environment (``LAB``,
 ``SUBMISSIONS``, ``GPU``), never through ``${{ }}`` inside a shell command, and this module is
@@ -14,7 +15,8 @@ entry stops the run before any student repository is touched, with a message tha
 (``regrade-<folder>/regrade.json`` from ``regrade --batch``, and ``gpu-<folder>/gpu.json`` from
 ``grade --stage gpu`` when the GPU stage was asked for), merges them per submission, writes the
 gradebook CSV (the columns of ``regrade --gradebook``) and a Markdown summary for
-``$GITHUB_STEP_SUMMARY``. A submission without a report gets a row with an empty score and the
+``$GITHUB_STEP_SUMMARY``; with ``--insight``, the class insight page too, and a line in the
+summary that points at it. A submission without a report gets a row with an empty score and the
 reason, never a score computed from part of its stages.
 """
 
@@ -293,6 +295,18 @@ def _cmd_plan(ns) -> int:
     return 0
 
 
+def _insight_line(lab: str, name: str) -> str:
+    """The job summary's line pointing at the class insight page in the run's artifacts."""
+    server, repository, run = (os.environ.get(k, "") for k in
+                               ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID"))
+    where = f"the artifact `gradebook-{lab}`"
+    if server and repository and run:
+        where = f"[the artifact `gradebook-{lab}`]({server}/{repository}/actions/runs/{run}" \
+                f"#artifacts)"
+    return (f"**What the class is getting wrong:** `{name}` (named mistakes, task outcomes, "
+            f"stuck students) is in {where}; download it and open it in a browser.\n")
+
+
 def _cmd_gradebook(ns) -> int:
     from msda_labs.classroom.regrade import write_gradebook
 
@@ -305,6 +319,13 @@ def _cmd_gradebook(ns) -> int:
     Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
     write_gradebook(rows, Path(ns.out))
     summary = render_summary(lab, rows, gpu=gpu)
+    if ns.insight:
+        from msda_labs.classroom.insight_page import write_beside_gradebook
+
+        page, line = write_beside_gradebook(rows, Path(ns.insight))
+        print(line)
+        if page is not None:
+            summary += "\n" + _insight_line(lab, page.name)
     target = ns.summary or os.environ.get("GITHUB_STEP_SUMMARY")
     if target:
         with open(target, "a") as fh:
@@ -332,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
                            help="the downloaded artifacts (regrade-<folder>/, gpu-<folder>/)")
             p.add_argument("--out", default="gradebook.csv", metavar="CSV")
             p.add_argument("--merged", metavar="DIR", help="write each merged result here")
+            p.add_argument("--insight", metavar="HTML",
+                           help="also write the class insight page here (msda_labs insight)")
             p.add_argument("--summary", metavar="FILE",
                            help="append the Markdown here (default: $GITHUB_STEP_SUMMARY)")
             p.add_argument("--strict", action="store_true",

@@ -268,6 +268,7 @@ def regrade_batch(folder: Path, *, lab: str | None = None, prefix: str | None = 
 
 def write_gradebook(rows: list[GradebookRow], path: Path) -> Path:
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(GRADEBOOK_COLUMNS)
