@@ -110,3 +110,9 @@ def test_regrade_workflow_dispatch_grades_two_students(act_setup, tmp_path):
     assert grace["score"] == "0" and grace["max"] == ada["max"]
     summary = "\n".join(run.summaries)
     assert f"Regrade of {lab_id}" in summary
+    # the class insight page beside the gradebook, with both students on it, and its summary line
+    page = gradebook.parent / "insight.html"
+    assert page.is_file(), sorted(p.name for p in gradebook.parent.iterdir())
+    html = page.read_text()
+    assert "ada" in html and "grace" in html and "<svg" in html
+    assert "insight.html" in summary
