@@ -317,6 +317,11 @@ def render_table(rows: list[LabProgress]) -> str:
     return "\n".join(lines)
 
 
+def _code_spans(text: str) -> list[tuple[str, bool]]:
+    """``a `b` c`` as [("a ", False), ("b", True), (" c", False)]: backticks mark code."""
+    return [(part, i % 2 == 1) for i, part in enumerate(text.split("`")) if part]
+
+
 def write_html(rows: list[LabProgress], path: Path | str, title: str = "") -> Path:
     """The same table as a small, self-contained HTML page."""
     try:
@@ -327,7 +332,8 @@ def write_html(rows: list[LabProgress], path: Path | str, title: str = "") -> Pa
                       autoescape=select_autoescape(["html", "j2"]), undefined=StrictUndefined,
                       trim_blocks=True, lstrip_blocks=True)
     page = env.get_template("progress.html.j2").render(
-        title=title, columns=COLUMNS, rows=[(r, _cells(r)) for r in rows],
+        title=title, columns=COLUMNS, rows=[(r, _cells(r), _code_spans(_cells(r)[4]))
+                                            for r in rows],
         summary=render_table(rows).split("\n\n", 1)[1].splitlines())
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
