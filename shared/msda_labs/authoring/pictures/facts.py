@@ -4,10 +4,11 @@ Triton fixes its mode when it is first imported, and the facts need two of them,
 runs in its own short Python process: ``python -m msda_labs.authoring.pictures.facts MODE``
 prints one JSON object.
 
-* ``interpret`` (Triton's interpreter, CPU): the launch grid and block sizes of the lab 05
-  forward kernel on a small case (recorded at the launch, so the picture shows the grid the
-  chip really uses), and what the racy histogram of lab 08 returns on a small case next to
-  ``torch.bincount``.
+* ``interpret`` (Triton's interpreter, CPU): every lane of every load and store of the lab 04
+  chip's ``copy2d`` on a small matrix (address, mask, program); the launch grid and block sizes
+  of the lab 05 forward kernel on a small case (recorded at the launch, so the picture shows the
+  grid the chip really uses); and what the racy histogram of lab 08 returns on a small case next
+  to ``torch.bincount``.
 * ``aot`` (the real compiler, no GPU): the PTX of the lab 08 backward kernel with a bfloat16
   ``grad_value`` for SM 8.0 and SM 9.0, compiled by lab 09's ``compile_backward``.
 """
@@ -24,6 +25,8 @@ __all__ = ["GRID_CASE", "HISTOGRAM_CASE", "measure", "measure_all"]
 
 # The small lab 05 case whose launch is recorded.
 GRID_CASE = {"B": 2, "Q": 10, "M": 3, "D": 5, "K": 2, "shapes": [[4, 5], [2, 3]], "BLOCK_Q": 4}
+# The small lab 04 case: copy2d of an R x C fp32 matrix in BLOCK x BLOCK tiles.
+COPY_CASE = {"R": 5, "C": 7, "BLOCK": 4}
 # The small lab 08 case: n indices into n_bins bins, BLOCK lanes per program.
 HISTOGRAM_CASE = {"n": 40, "n_bins": 6, "BLOCK": 16, "seed": 3}
 MODES = ("interpret", "aot")
@@ -71,6 +74,52 @@ def _lab05_launch() -> dict:
     return {"case": case, "launches": launches}
 
 
+def _lab04_memory() -> dict:
+    """Record every lane of every masked load and store that copy2d_kernel issues."""
+    import numpy as np
+    import torch
+    from triton.runtime import interpreter
+
+    from msda_labs.chips import lab04
+
+    case = COPY_CASE
+    x = torch.arange(case["R"] * case["C"], dtype=torch.float32).reshape(case["R"], case["C"])
+    builder, lanes, tensors = interpreter.InterpreterBuilder, [], {}
+    saved = builder.create_masked_load, builder.create_masked_store, lab04.copy2d_kernel
+
+    def record(kind, builder_self, ptrs, mask):
+        pid = [int(p) for p in builder_self.grid_idx[:2]]
+        addresses = np.broadcast_to(ptrs.data, mask.data.shape)
+        lanes.append({"kind": kind, "pid": pid, "address": addresses.astype(np.int64).tolist(),
+                      "active": mask.data.astype(bool).tolist()})
+
+    def load(self, ptrs, mask, other, *rest):
+        record("load", self, ptrs, mask)
+        return saved[0](self, ptrs, mask, other, *rest)
+
+    def store(self, ptrs, value, mask, *rest):
+        record("store", self, ptrs, mask)
+        return saved[1](self, ptrs, value, mask, *rest)
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(x_arg, out_arg, *args, **meta):
+                for name, t in (("x", x_arg), ("out", out_arg)):
+                    tensors[name] = {"base": t.data_ptr(), "numel": t.numel(),
+                                     "itemsize": t.element_size()}
+                tensors["grid"] = [int(g) for g in grid]
+                return saved[2][grid](x_arg, out_arg, *args, **meta)
+            return launch
+
+    builder.create_masked_load, builder.create_masked_store = load, store
+    lab04.copy2d_kernel = Spy()
+    try:
+        out = lab04.copy2d(x, BLOCK_R=case["BLOCK"], BLOCK_C=case["BLOCK"])
+    finally:
+        builder.create_masked_load, builder.create_masked_store, lab04.copy2d_kernel = saved
+    return {"case": case, "tensors": tensors, "lanes": lanes, "equal": bool(torch.equal(out, x))}
+
+
 def _lab08_histogram() -> dict:
     import torch
 
@@ -94,7 +143,7 @@ def _lab09_ptx() -> dict:
 
 def _run_here(mode: str) -> dict:
     if mode == "interpret":
-        return {"lab05": _lab05_launch(), "lab08": _lab08_histogram()}
+        return {"lab04": _lab04_memory(), "lab05": _lab05_launch(), "lab08": _lab08_histogram()}
     return {"lab09": _lab09_ptx()}
 
 
