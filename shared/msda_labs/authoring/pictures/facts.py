@@ -15,6 +15,7 @@ prints one JSON object.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -32,6 +33,33 @@ HISTOGRAM_CASE = {"n": 40, "n_bins": 6, "BLOCK": 16, "seed": 3}
 MODES = ("interpret", "aot")
 
 
+@contextlib.contextmanager
+def _launches():
+    """Record every interpreted kernel launch: its name, grid, integer meta-parameters and the
+    tensors it was given (base address, elements, bytes per element)."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    launches, run = [], InterpretedFunction.run
+
+    def recording_run(self, *args, grid, warmup, **kwargs):
+        if not warmup:
+            shape = grid(kwargs) if callable(grid) else grid
+            launches.append({
+                "kernel": self.fn.__name__, "grid": [int(g) for g in shape],
+                "meta": {k: v for k, v in kwargs.items()
+                         if isinstance(v, int) and not isinstance(v, bool)},
+                "tensors": [{"base": a.data_ptr(), "numel": a.numel(),
+                             "itemsize": a.element_size()}
+                            for a in args if hasattr(a, "data_ptr")]})
+        return run(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    InterpretedFunction.run = recording_run
+    try:
+        yield launches
+    finally:
+        InterpretedFunction.run = run
+
+
 def _lab05_launch() -> dict:
     import torch
 
@@ -45,32 +73,10 @@ def _lab05_launch() -> dict:
     value = torch.randn(B, S, M, D, generator=gen)
     loc = torch.rand(B, Q, M, L, K, 2, generator=gen)
     attn = torch.rand(B, Q, M, L, K, generator=gen)
-    launches = []
-
-    class Spy:
-        """Stands in for a kernel: records ``kernel[grid](..., **meta)`` and launches it."""
-
-        def __init__(self, name, kernel):
-            self.name, self.kernel = name, kernel
-
-        def __getitem__(self, grid):
-            def launch(*args, **meta):
-                launches.append({"kernel": self.name, "grid": [int(g) for g in grid],
-                                 "meta": {k: v for k, v in meta.items()
-                                          if isinstance(v, int) and not isinstance(v, bool)}})
-                return self.kernel[grid](*args, **meta)
-            return launch
-
-    saved = {}
-    for name, obj in vars(lab05).items():
-        if type(obj).__name__ in ("JITFunction", "InterpretedFunction"):
-            saved[name] = obj
-            setattr(lab05, name, Spy(name, obj))
-    try:
+    with _launches() as launches:
         lab05.msda_forward(value, shapes, None, loc, attn, BLOCK_Q=case["BLOCK_Q"])
-    finally:
-        for name, obj in saved.items():
-            setattr(lab05, name, obj)
+    for launch in launches:
+        del launch["tensors"]
     return {"case": case, "launches": launches}
 
 
@@ -84,8 +90,8 @@ def _lab04_memory() -> dict:
 
     case = COPY_CASE
     x = torch.arange(case["R"] * case["C"], dtype=torch.float32).reshape(case["R"], case["C"])
-    builder, lanes, tensors = interpreter.InterpreterBuilder, [], {}
-    saved = builder.create_masked_load, builder.create_masked_store, lab04.copy2d_kernel
+    builder, lanes = interpreter.InterpreterBuilder, []
+    saved = builder.create_masked_load, builder.create_masked_store
 
     def record(kind, builder_self, ptrs, mask):
         pid = [int(p) for p in builder_self.grid_idx[:2]]
@@ -101,22 +107,15 @@ def _lab04_memory() -> dict:
         record("store", self, ptrs, mask)
         return saved[1](self, ptrs, value, mask, *rest)
 
-    class Spy:
-        def __getitem__(self, grid):
-            def launch(x_arg, out_arg, *args, **meta):
-                for name, t in (("x", x_arg), ("out", out_arg)):
-                    tensors[name] = {"base": t.data_ptr(), "numel": t.numel(),
-                                     "itemsize": t.element_size()}
-                tensors["grid"] = [int(g) for g in grid]
-                return saved[2][grid](x_arg, out_arg, *args, **meta)
-            return launch
-
     builder.create_masked_load, builder.create_masked_store = load, store
-    lab04.copy2d_kernel = Spy()
     try:
-        out = lab04.copy2d(x, BLOCK_R=case["BLOCK"], BLOCK_C=case["BLOCK"])
+        with _launches() as launches:
+            out = lab04.copy2d(x, BLOCK_R=case["BLOCK"], BLOCK_C=case["BLOCK"])
     finally:
-        builder.create_masked_load, builder.create_masked_store, lab04.copy2d_kernel = saved
+        builder.create_masked_load, builder.create_masked_store = saved
+    [launch] = launches
+    x_arg, out_arg = launch["tensors"][:2]
+    tensors = {"x": x_arg, "out": out_arg, "grid": launch["grid"]}
     return {"case": case, "tensors": tensors, "lanes": lanes, "equal": bool(torch.equal(out, x))}
 
 
