@@ -6,7 +6,7 @@ changes is who does which work (each choice measured on an H200, docs/results/h2
 
 * **Forward: lab 06's tiling.** A program owns ``BLOCK_Q`` queries x all D channels of one
   (batch, head) and walks the ``L * K`` points in turn. On SM 9.0 the launch is the one measured
-  best on an H200 (8 queries and 2 warps for fp32, 16 and 2 for fp16/bf16); elsewhere it is
+  best on an H200 (4 queries and 1 warp for fp32, 16 and 2 for fp16/bf16); elsewhere it is
   autotuned over ``BLOCK_Q`` and ``num_warps`` on a key that changes only with the problem's
   shape class (``Q`` rounded up to a power of two, ``M``, ``D``, ``L``, ``K``, dtypes), and the
   pick is remembered per class so that later calls skip the autotuner's dispatch. Cheaper
@@ -31,6 +31,10 @@ for a new shape class runs the forward's autotuner, which does synchronize; call
 capturing a CUDA graph (the warm-up every graph user does anyway). Under ``torch.compile`` the
 two launchers are opaque custom ops (``msda_labs::shipped_forward``/``shipped_backward``). The
 ``@triton.jit`` kernels themselves are in :mod:`msda_labs.student.shipped_kernels`.
+
+Both kernels are launched through :class:`msda_labs.student.shipped_launch.DirectLauncher`, which
+skips Triton's per-call dispatch once a kernel is compiled (about 30 µs of host time per forward
+on the H200 machine, where a decoder-sized training step is bound by the host).
 """
 
 from __future__ import annotations
@@ -71,11 +75,12 @@ def forward_configs() -> list:
 FWD_ORDER = 0
 _FORWARD_TUNED = None
 # Shape class -> launch. On SM 9.0: the launch measured best on an H200 at both presets
-# (docs/results/h200-bench/probe-D*.json: fp32 encoder 212-225 µs with 8 queries x 2 warps,
-# 224-231 with 16 x 2; half precision 148-163 µs with 16 x 2). The autotuner, which times with a
-# flushed L2, had left the fp32 encoder at 233 µs. Elsewhere: the autotuner's pick, remembered,
-# because its own dispatch costs host time on every call.
-SM90_FORWARD = {"fp32": {"BLOCK_Q": 8, "num_warps": 2}, "half": {"BLOCK_Q": 16, "num_warps": 2}}
+# (docs/results/h200-bench/launch-probe-S18.json, 9 tiles, medians of 3 alternating rounds: fp32
+# 4 queries x 1 warp took 9.8 µs at the decoder and 223.6 at the encoder, 8 x 2 10.5 and 222.6;
+# half precision 16 x 2 7.0-7.6 and 150.8-162.6, within 1% of the best at both). The autotuner,
+# which times with a flushed L2, had left the fp32 encoder at 233 µs. Elsewhere: the autotuner's
+# pick, remembered, because its own dispatch costs host time on every call.
+SM90_FORWARD = {"fp32": {"BLOCK_Q": 4, "num_warps": 1}, "half": {"BLOCK_Q": 16, "num_warps": 2}}
 _FORWARD_PICKS: dict = {}
 
 
