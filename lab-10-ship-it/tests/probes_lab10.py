@@ -58,6 +58,9 @@ def warm_worker() -> None:
         pass
 
 
+warm_worker()  # the grading worker preloads this module: it pays once, before any fork
+
+
 def device_inputs(case: Case, dtype_name: str, requires_grad: bool = False):
     """The case's seeded inputs in ``dtype_name`` on the device under test."""
     value, shapes, starts, loc, attn = make_inputs(case, DTYPES[dtype_name], runtime.device())

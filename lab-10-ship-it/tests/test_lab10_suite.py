@@ -33,8 +33,6 @@ from msda_labs.truth.reference import msda_reference, reference_grads
 # The lab as the grading plugin reads it, declared once for both test files in judge_lab10.py.
 LAB, TITLE, MODE, TASKS = judge_lab10.LAB, judge_lab10.TITLE, judge_lab10.MODE, judge_lab10.TASKS
 
-probes.warm_worker()  # acts in the interpreter's grading worker only, never in the judge
-
 
 # -- in the interpreter --------------------------------------------------------------------------
 @pytest.mark.task("10.4", points=1)

@@ -10,7 +10,7 @@ function makes. These helpers turn such facts into data:
 * :func:`fresh_copy` executes the submission's file again, as a private module;
 * :func:`spied` is such a copy with recording wrappers around some of its globals;
 * :class:`CountTorchCalls` counts the torch functions called inside a ``with`` block;
-* :class:`ForbiddenOps` records the interpolation operators (grid_sample and its kin) that run
+* :class:`ForbiddenOps` records the interpolation functions (grid_sample and its kin) called
   inside a ``with`` block, whatever name reached them;
 * :class:`KernelLaunches` records the Triton kernels launched inside a ``with`` block;
 * :func:`swap_in` puts the grader's own version of some of the student's functions in their
@@ -182,43 +182,34 @@ class KernelLaunches:
         return False
 
 
-# Operators that interpolate for the caller: a lab whose exercise is the interpolation itself
+# Functions that interpolate for the caller: a lab whose exercise is the interpolation itself
 # (labs 01 and 02) gives no points to a function that reaches one of them, by any name.
-INTERPOLATION_OPS = ("grid_sampler", "upsample", "roi_align", "deform_conv", "affine_grid")
+INTERPOLATION_OPS = ("grid_sample", "interpolate", "upsample", "roi_align", "deform_conv",
+                     "affine_grid")
 
 
-class ForbiddenOps:
-    """Records the operators matching ``patterns`` (substrings of the operator's name, e.g.
-    ``aten::grid_sampler_2d``) that run inside a ``with`` block: ``self.found``, sorted, each
-    once.
+class ForbiddenOps(TorchFunctionMode):
+    """Records the torch functions whose names contain one of ``patterns`` that are called
+    inside a ``with`` block: ``self.found``, sorted, each once.
 
-    It watches at torch's dispatcher, below every Python name: ``F.grid_sample``,
-    ``torch.grid_sampler``, ``torch.ops.aten.grid_sampler_2d`` and a name computed at run time
-    all end in the same operator. It runs inside the student's process: a determined submission
-    can switch it off, so the handouts say so.
+    A torch function mode sees the function object, not the name the caller used:
+    ``F.grid_sample`` reached through ``getattr(F, "grid" + "_sample")``, ``torch.grid_sampler``,
+    ``torch.ops.aten.grid_sampler_2d`` and ``torch._C._VariableFunctions.grid_sampler_2d`` are
+    all seen. It runs inside the student's process: a determined submission can switch it off,
+    so the handouts say so.
     """
 
     def __init__(self, patterns=INTERPOLATION_OPS):
-        from torch.utils._python_dispatch import TorchDispatchMode
-
-        spy = self
-
-        class _Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                name = str(getattr(func, "name", lambda: func)())
-                if any(p in name for p in spy.patterns) and name not in spy.found:
-                    spy.found.append(name)
-                return func(*args, **(kwargs or {}))
-
+        super().__init__()
         self.patterns = tuple(patterns)
         self.found: list[str] = []
-        self._mode = _Mode()
 
-    def __enter__(self):
-        self._mode.__enter__()
-        return self
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", None) or str(func)
+        if any(p in name for p in self.patterns) and name not in self.found:
+            self.found.append(name)
+        return func(*args, **(kwargs or {}))
 
     def __exit__(self, *exc):
-        self._mode.__exit__(*exc)
         self.found.sort()
-        return False
+        return super().__exit__(*exc)
