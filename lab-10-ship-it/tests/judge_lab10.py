@@ -85,21 +85,23 @@ def check_kernels_ran(res, what, backward=True):
                                  f"{STANDIN_HINT}")
 
 
-def compiled_kernels(folder) -> list[str]:
-    """The names of the kernels Triton compiled into the cache folder ``folder``, read from each
-    compiled kernel's metadata file (``<hash>/<kernel name>.json``; the ``__grp__*.json`` files
-    only group a kernel's files). Sorted, without duplicates; empty when there is none."""
+def compiled_kernels(folder, since: float, until: float) -> list[str]:
+    """The names of the kernels Triton compiled into its cache folder ``folder`` between the
+    times ``since`` and ``until`` (``time.time()``), read from each compiled kernel's metadata
+    file (``<hash>/<kernel name>.json`` beside its binary; the ``__grp__*.json`` files only group
+    a kernel's files). Sorted, without duplicates; empty when there is none."""
     import json
     from pathlib import Path
 
-    names = set()
-    root = Path(folder) if isinstance(folder, str) else None
+    root = Path(folder) if isinstance(folder, str) and folder else None
     if root is None or not root.is_dir():
         return []
+    names = set()
     for meta in root.glob("*/*.json"):
-        if meta.name.startswith("__grp__"):
-            continue
         try:
+            written = meta.stat().st_mtime
+            if meta.name.startswith("__grp__") or not since <= written <= until:
+                continue
             data = json.loads(meta.read_text())
         except (OSError, ValueError):
             continue
@@ -110,27 +112,35 @@ def compiled_kernels(folder) -> list[str]:
     return sorted(names)
 
 
-def check_compiled_kernels(res, what):
-    """The final exam's rule, observed by the judge on the GPU: the Triton cache folders the
-    child compiled the forward and the backward into each hold a compiled kernel (metadata
-    and binary). Removes the folders. Returns {part: [kernel names]}."""
-    import shutil
+def run_compiled(submission, case, dtype_name):
+    """:func:`probes_lab10.kernel_cache_probe` in the child, timed by the judge's clock: the
+    result, with ``"compiled"``: {part: names of the kernels written to Triton's cache on the
+    disk during that part of the call} (see :func:`check_compiled_kernels`)."""
+    import time
 
-    folders = res.get("cache_dirs") if isinstance(res, dict) else None
-    if not isinstance(folders, dict):
-        raise AssertionError(f"{what}: no Triton cache folders came back")
-    found = {}
-    try:
-        for part in ("forward", "backward"):
-            found[part] = compiled_kernels(folders.get(part))
-            if not found[part]:
-                raise AssertionError(f"{what}: Triton compiled no kernel during msda's {part} "
-                                     f"(read from its cache on the disk); {STANDIN_HINT}")
-    finally:
-        for folder in folders.values():
-            if isinstance(folder, str) and folder.startswith("/") and "msda-lab10-" in folder:
-                shutil.rmtree(folder, ignore_errors=True)
-    return found
+    start = time.time()
+    res = submission.run(probes.kernel_cache_probe, case, dtype_name)
+    end = time.time()
+    if isinstance(res, dict):
+        split = res.get("backward_from")
+        split = split if isinstance(split, float) and start <= split <= end else end
+        folder = res.get("cache_dir")
+        res["compiled"] = {"forward": compiled_kernels(folder, start, split),
+                           "backward": compiled_kernels(folder, split, end)}
+    return res
+
+
+def check_compiled_kernels(res, what):
+    """The final exam's rule, observed by the judge on the GPU: during msda's forward and during
+    its backward, Triton wrote at least one compiled kernel (metadata and binary) to its cache
+    on the disk."""
+    compiled = res.get("compiled") if isinstance(res, dict) else None
+    if not isinstance(compiled, dict):
+        raise AssertionError(f"{what}: no record of the kernels Triton compiled")
+    for part in ("forward", "backward"):
+        if not compiled.get(part):
+            raise AssertionError(f"{what}: Triton compiled no kernel during msda's {part} "
+                                 f"(read from its cache on the disk); {STANDIN_HINT}")
 
 
 def with_speed_baselines(measured, case, dtype_name):
@@ -140,9 +150,9 @@ def with_speed_baselines(measured, case, dtype_name):
     import torch
 
     from msda_labs.grading.baseline import chip_function, with_baselines
-    from msda_labs.student import runtime
 
-    value, shapes, starts, loc, attn = make_inputs(case, DTYPES[dtype_name], runtime.device())
+    dev = "cuda" if torch.cuda.is_available() else "cpu"  # the CPU: the kit's plumbing tests
+    value, shapes, starts, loc, attn = make_inputs(case, DTYPES[dtype_name], dev)
     leaves = tuple(t.requires_grad_(True) for t in (value, loc, attn))
     grad = probes.grad_out(case, dtype_name, value.device)
     # The reference reads the level sizes as Python ints: from a CPU copy, so that it does not

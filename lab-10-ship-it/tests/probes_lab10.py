@@ -4,16 +4,15 @@
 Inputs are seeded and built on the device under test here (msda_labs.student.cases); the judge
 rebuilds them on the CPU from the same seeds for its references. Every run of the operator also
 records which Triton kernels its forward and its backward launched (``"launched"``), for the
-final exam's rule that the operator runs kernels (on the GPU the judge also reads the compiled
-kernels off the disk: ``kernel_cache_probe``). Some probes re-run the submission with recording
-wrappers around its msda_forward and msda_backward (the shipped kernels while grading; see
+final exam's rule that the operator runs kernels (on the GPU the judge also reads the kernels
+Triton compiled off the disk: ``kernel_cache_probe``). Some probes re-run the submission with
+recording wrappers around its msda_forward and msda_backward (the shipped kernels while grading; see
 msda_labs.grading.spies): that is how the judge sees which accumulator flag reached the backward,
 whether the kernels got contiguous tensors, and that an empty batch launches nothing.
 """
 
 import functools
 import os
-import tempfile
 
 import torch
 
@@ -215,32 +214,34 @@ def paths_probe(module, case):
 
 
 def kernel_cache_probe(module, case, dtype_name):
-    """:func:`msda_probe` with Triton's cache in two fresh folders, one for the forward's
-    compilations and one for the backward's: the judge reads the compiled kernels' names off
-    the disk (a kernel compiled before this call would not show: the child compiles nothing
-    before the probe runs). Returns the probe's result and ``"cache_dirs"``."""
-    folders = {part: tempfile.mkdtemp(prefix=f"msda-lab10-{part}-") for part in
-               ("forward", "backward")}
-    for folder in folders.values():
-        os.chmod(folder, 0o755)  # noqa: S103 - the judge reads it, even as another user
-    before = os.environ.get("TRITON_CACHE_DIR")
-    os.environ["TRITON_CACHE_DIR"] = folders["forward"]
+    """:func:`msda_probe` with Triton told to compile every kernel afresh
+    (``TRITON_ALWAYS_COMPILE``), so that each kernel the operator launches is written to Triton's
+    cache on the disk during this call, even one compiled on an earlier run. The judge reads the
+    compiled kernels' names off the disk; ``"cache_dir"`` is where Triton writes, and
+    ``"backward_from"`` the moment (``time.time()``) the backward started."""
+    import time
+
+    from triton import knobs
+
+    before = os.environ.get("TRITON_ALWAYS_COMPILE")
+    os.environ["TRITON_ALWAYS_COMPILE"] = "1"
     try:
         value, shapes, starts, loc, attn = device_inputs(case, dtype_name, requires_grad=True)
         with KernelLaunches() as forward:
             out = module.msda(value, shapes, starts, loc, attn)
         torch.cuda.synchronize()
-        os.environ["TRITON_CACHE_DIR"] = folders["backward"]
+        backward_from = time.time()
         with KernelLaunches() as back:
             result = backward_outcome(out, grad_out(case, dtype_name, value.device),
                                       (value, loc, attn))
         torch.cuda.synchronize()
     finally:
         if before is None:
-            os.environ.pop("TRITON_CACHE_DIR", None)
+            os.environ.pop("TRITON_ALWAYS_COMPILE", None)
         else:
-            os.environ["TRITON_CACHE_DIR"] = before
-    return {"out": out.detach(), **result, "cache_dirs": folders,
+            os.environ["TRITON_ALWAYS_COMPILE"] = before
+    return {"out": out.detach(), **result, "cache_dir": str(knobs.cache.dir),
+            "backward_from": backward_from,
             "launched": {"forward": forward.names, "backward": back.names}}
 
 

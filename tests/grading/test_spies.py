@@ -2,6 +2,7 @@
 (lab 10's final exam): they see what they must, and nothing else."""
 
 import json
+import time
 import types
 
 import pytest
@@ -84,8 +85,11 @@ def test_the_judge_reads_compiled_kernels_off_a_triton_cache(tmp_path):
     forged = tmp_path / "HASH2"  # metadata without a binary is not a compiled kernel
     forged.mkdir()
     (forged / "fake.json").write_text(json.dumps({"name": "fake"}))
-    assert judge.compiled_kernels(str(tmp_path)) == ["msda_forward_tiles_kernel"]
-    assert judge.compiled_kernels(str(tmp_path / "missing")) == []
+    now = time.time()
+    assert judge.compiled_kernels(str(tmp_path), now - 60, now + 1) == \
+        ["msda_forward_tiles_kernel"]
+    assert judge.compiled_kernels(str(tmp_path), now + 1, now + 60) == []  # written before
+    assert judge.compiled_kernels(str(tmp_path / "missing"), 0, now + 1) == []
+    judge.check_compiled_kernels({"compiled": {"forward": ["a"], "backward": ["b"]}}, "msda")
     with pytest.raises(AssertionError, match="compiled no kernel during msda's backward"):
-        judge.check_compiled_kernels({"cache_dirs": {"forward": str(tmp_path),
-                                                     "backward": str(forged)}}, "msda")
+        judge.check_compiled_kernels({"compiled": {"forward": ["a"], "backward": []}}, "msda")
