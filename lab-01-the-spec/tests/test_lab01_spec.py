@@ -14,7 +14,12 @@ from probes_lab01 import call_watched, sample_many
 
 from msda_labs.grading import expect_close
 from msda_labs.mistakes import msda_variants, pixel_reads, pixel_variants
-from msda_labs.truth.cases import STANDARD_CASES, image_and_points, make_inputs
+from msda_labs.truth.cases import (
+    STANDARD_CASES,
+    image_and_points,
+    make_inputs,
+    seeded_generator,
+)
 from msda_labs.truth.reference import msda_reference
 
 LAB = "lab01"
@@ -52,7 +57,7 @@ _HUGE = {torch.float64: 1e200, torch.float32: 1e30}
 
 
 def _knots(dtype):
-    gen = torch.Generator().manual_seed(17)
+    gen = seeded_generator(17)
     knots = []
     for x, y in _KNOTS:
         image = torch.full(_KNOT_SHAPE, _HUGE[dtype], dtype=dtype)
@@ -111,7 +116,7 @@ def test_bilinear_zero_padding(submission):
 @pytest.mark.task("1.1", points=1)
 @pytest.mark.rule("floor")
 def test_bilinear_negative_coordinates_round_down(submission):
-    gen = torch.Generator().manual_seed(11)
+    gen = seeded_generator(11)
     img = torch.randn(4, 5, 3, generator=gen, dtype=torch.float64)
     points = torch.tensor([[-0.25, 1.5], [2.5, -0.75], [-0.6, -0.4]], dtype=torch.float64)
     _reads(submission, img, points, "bilinear_sample at negative coordinates of a 4x5 image "
@@ -122,7 +127,7 @@ def test_bilinear_negative_coordinates_round_down(submission):
 @pytest.mark.rule("xy-order")
 def test_bilinear_matches_reference_random(submission):
     _check_rules(submission, "bilinear_sample")
-    img, points = image_and_points(torch.Generator().manual_seed(0), (5, 7, 3), 40, (10.0, 8.0),
+    img, points = image_and_points(seeded_generator(0), (5, 7, 3), 40, (10.0, 8.0),
                                    -1.5)
     _reads(submission, img, points, "bilinear_sample at 40 random points of a 5x7x3 image, "
                                     "many outside it")
@@ -130,7 +135,7 @@ def test_bilinear_matches_reference_random(submission):
 
 @pytest.mark.task("1.1", points=1)
 def test_bilinear_keeps_dtype_and_shape(submission):
-    img = torch.randn(4, 6, 5, generator=torch.Generator().manual_seed(3))
+    img = torch.randn(4, 6, 5, generator=seeded_generator(3))
     knots = _knots(torch.float32)
     watched = submission.run(call_watched, "bilinear_sample", img, 1.25, 2.5, knots=knots)
     _check_ran(watched, "bilinear_sample")
