@@ -143,41 +143,47 @@ class CountTorchCalls(TorchFunctionMode):
 
 
 class KernelLaunches:
-    """Records the Triton kernels launched in this process inside a ``with`` block: the name of
-    each kernel's Python function, in order (``self.names``).
+    """Records the Triton kernels launched in this process inside a ``with`` block: each
+    kernel's name, in order (``self.names``).
 
-    It wraps ``run`` of Triton's launchable kernel classes (the interpreter's and the compiled
-    one's; an autotuned kernel launches through them), so a launch through any name counts. It
-    watches from inside the student's process: a determined submission can hide from it, so the
-    GPU stage also reads the compiled kernels off the disk (lab 10's exam).
+    It wraps two class methods that every launch goes through, whatever name the kernel was
+    called by: ``run`` of the interpreter's kernels, and ``launch_metadata`` of a compiled
+    kernel, which Triton's own launch path and a launcher that skips ``JITFunction.run`` (lab
+    10's shipped kernels) both call before each launch. It watches from inside the student's
+    process: a determined submission can hide from it, so the GPU stage also reads the compiled
+    kernels off the disk (lab 10's exam).
     """
 
     def __init__(self):
         self.names: list[str] = []
-        self._undo: list[tuple[type, Callable]] = []
+        self._undo: list[tuple[type, str, Callable]] = []
+
+    def _wrap(self, cls: type, method: str, name_of: Callable) -> None:
+        real = cls.__dict__.get(method)
+        if real is None:
+            return
+
+        def wrapper(kernel, *args, **kwargs):
+            if not kwargs.get("warmup"):
+                self.names.append(name_of(kernel))
+            return real(kernel, *args, **kwargs)
+
+        setattr(cls, method, wrapper)
+        self._undo.append((cls, method, real))
 
     def __enter__(self):
+        from triton.compiler.compiler import CompiledKernel
         from triton.runtime.interpreter import InterpretedFunction
-        from triton.runtime.jit import JITFunction
 
-        for cls in (InterpretedFunction, JITFunction):
-            real = cls.__dict__.get("run")
-            if real is None:
-                continue
-
-            def run(kernel, *args, _real=real, **kwargs):
-                if not kwargs.get("warmup"):
-                    fn = getattr(kernel, "fn", None)
-                    self.names.append(getattr(fn, "__name__", type(kernel).__name__))
-                return _real(kernel, *args, **kwargs)
-
-            cls.run = run
-            self._undo.append((cls, real))
+        self._wrap(InterpretedFunction, "run",
+                   lambda k: getattr(getattr(k, "fn", None), "__name__", type(k).__name__))
+        self._wrap(CompiledKernel, "launch_metadata",
+                   lambda k: str(getattr(k, "name", type(k).__name__)))
         return self
 
     def __exit__(self, *exc):
-        for cls, real in reversed(self._undo):
-            cls.run = real
+        for cls, method, real in reversed(self._undo):
+            setattr(cls, method, real)
         self._undo.clear()
         return False
 
