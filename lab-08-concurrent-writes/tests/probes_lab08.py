@@ -34,12 +34,14 @@ def race_probe(module, idx, n_bins, block):
     return module.predict_racy_histogram(idx.to(runtime.device()), n_bins, block)
 
 
-def racy_probe(module, idx, n_bins, block):
-    """What the grader's own racy kernel returns, in a child of its own; the judge checks it
-    against its rule before it compares the prediction with it."""
+def racy_probe(module, runs):
+    """What the grader's own racy kernel returns for each (idx, n_bins, BLOCK) of ``runs``, in a
+    child of its own; the judge checks each against its rule before it compares a prediction
+    with it."""
     import lab08_race
 
-    return lab08_race.racy_histogram(idx.to(runtime.device()), n_bins, block)
+    dev = runtime.device()
+    return [lab08_race.racy_histogram(idx.to(dev), n_bins, block) for idx, n_bins, block in runs]
 
 
 def hist_guard(block: int) -> int:
