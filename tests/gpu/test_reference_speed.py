@@ -95,7 +95,7 @@ def _small_case(module, monkeypatch, cached_reference="_case_reference"):
 
 
 def test_lab05_speed_test_is_a_gpu_test_worth_points(lab05):
-    _assert_a_gpu_speed_test_worth_two_points(lab05.test_forward_speed_against_the_reference, "5.5")
+    _assert_a_gpu_speed_test_worth_two_points(lab05.test_forward_speed_against_the_reference, "5.8")
     assert lab05.SPEED_CASE.id == "decoder" and lab05.SPEED_LIMIT == REFERENCE_LIMIT
 
 
