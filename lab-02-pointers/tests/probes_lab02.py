@@ -9,7 +9,7 @@ import sys
 import torch
 from torch.overrides import TorchFunctionMode
 
-from msda_labs.truth.cases import make_inputs
+from msda_labs.student.cases import make_inputs
 
 
 def as_int(res):

@@ -65,3 +65,98 @@ def check_grads(res, case, dtype_name, what):
 def run_msda(submission, case, dtype_name, **kwargs):
     """:func:`probes_lab10.msda_probe` in the isolated child."""
     return submission.run(probes.msda_probe, case, dtype_name, **kwargs)
+
+
+STANDIN_HINT = ("the operator must run the kernels (msda_forward and msda_backward as loaded at "
+                "the top of lab10.py); an operator that computes MSDA some other way, a PyTorch "
+                "stand-in for instance, earns nothing in the final exam")
+
+
+def check_kernels_ran(res, what, backward=True):
+    """The final exam's rule, as watched inside the child: the operator's forward launched at
+    least one Triton kernel, and so did its backward (when it ran)."""
+    launched = res.get("launched") if isinstance(res, dict) else None
+    if not isinstance(launched, dict):
+        raise AssertionError(f"{what}: no record of the kernels the operator launched")
+    for part in ("forward", "backward") if backward else ("forward",):
+        names = launched.get(part)
+        if not isinstance(names, list) or not names:
+            raise AssertionError(f"{what}: msda's {part} launched no Triton kernel; "
+                                 f"{STANDIN_HINT}")
+
+
+def compiled_kernels(folder) -> list[str]:
+    """The names of the kernels Triton compiled into the cache folder ``folder``, read from each
+    compiled kernel's metadata file (``<hash>/<kernel name>.json``; the ``__grp__*.json`` files
+    only group a kernel's files). Sorted, without duplicates; empty when there is none."""
+    import json
+    from pathlib import Path
+
+    names = set()
+    root = Path(folder) if isinstance(folder, str) else None
+    if root is None or not root.is_dir():
+        return []
+    for meta in root.glob("*/*.json"):
+        if meta.name.startswith("__grp__"):
+            continue
+        try:
+            data = json.loads(meta.read_text())
+        except (OSError, ValueError):
+            continue
+        name = data.get("name") if isinstance(data, dict) else None
+        binaries = (meta.with_suffix(ext) for ext in (".cubin", ".hsaco"))
+        if isinstance(name, str) and name and any(b.is_file() for b in binaries):
+            names.add(name)
+    return sorted(names)
+
+
+def check_compiled_kernels(res, what):
+    """The final exam's rule, observed by the judge on the GPU: the Triton cache folders the
+    child compiled the forward and the backward into each hold a compiled kernel (metadata
+    and binary). Removes the folders. Returns {part: [kernel names]}."""
+    import shutil
+
+    folders = res.get("cache_dirs") if isinstance(res, dict) else None
+    if not isinstance(folders, dict):
+        raise AssertionError(f"{what}: no Triton cache folders came back")
+    found = {}
+    try:
+        for part in ("forward", "backward"):
+            found[part] = compiled_kernels(folders.get(part))
+            if not found[part]:
+                raise AssertionError(f"{what}: Triton compiled no kernel during msda's {part} "
+                                     f"(read from its cache on the disk); {STANDIN_HINT}")
+    finally:
+        for folder in folders.values():
+            if isinstance(folder, str) and folder.startswith("/") and "msda-lab10-" in folder:
+                shutil.rmtree(folder, ignore_errors=True)
+    return found
+
+
+def with_speed_baselines(measured, case, dtype_name):
+    """The speed probe's result with the judge's own times of the same training step of the
+    PyTorch reference and, where this copy of the kit carries it, the lab 10 chip, on the same
+    seeded inputs on the device (msda_labs.grading.baseline)."""
+    import torch
+
+    from msda_labs.grading.baseline import chip_function, with_baselines
+    from msda_labs.student import runtime
+
+    value, shapes, starts, loc, attn = make_inputs(case, DTYPES[dtype_name], runtime.device())
+    leaves = tuple(t.requires_grad_(True) for t in (value, loc, attn))
+    grad = probes.grad_out(case, dtype_name, value.device)
+    # The reference reads the level sizes as Python ints: from a CPU copy, so that it does not
+    # wait for the device.
+    host_shapes = shapes.cpu()
+
+    def step(forward):
+        def run():
+            out = forward()
+            return (out, *torch.autograd.grad(out, leaves, grad))
+        return run
+
+    chip = chip_function("lab10", "msda")
+    return with_baselines(measured, {
+        "reference": step(lambda: msda_reference(value, host_shapes, loc, attn)),
+        "chip": None if chip is None else step(lambda: chip(value, shapes, starts, loc, attn)),
+    })

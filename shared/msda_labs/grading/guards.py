@@ -29,7 +29,7 @@ import math
 import torch
 
 from msda_labs.grading.compare import expect_tensor, format_index
-from msda_labs.grading.plugin import SubmissionCrashed
+from msda_labs.grading.submission import SubmissionCrashed
 
 # A NaN with a payload no arithmetic produces: "still the sentinel" means "never written".
 SENTINEL = {

@@ -32,7 +32,7 @@ from msda_labs.grading.guards import (
     run_probe,
     sentinel_buffer,
 )
-from msda_labs.grading.plugin import SubmissionProblem
+from msda_labs.grading.submission import SubmissionProblem
 
 __all__ = ["CRASH_HINT", "on_device", "forward_guard", "launch_forward", "forward_into_sentinel",
            "launch_backward", "backward_into_sentinels", "value_guard", "point_guard",

@@ -9,7 +9,11 @@ function makes. These helpers turn such facts into data:
 * :func:`backward_outcome` runs autograd's backward and reports the gradients or its error;
 * :func:`fresh_copy` executes the submission's file again, as a private module;
 * :func:`spied` is such a copy with recording wrappers around some of its globals;
-* :class:`CountTorchCalls` counts the torch functions called inside a ``with`` block.
+* :class:`CountTorchCalls` counts the torch functions called inside a ``with`` block;
+* :class:`KernelLaunches` records the Triton kernels launched inside a ``with`` block;
+* :func:`swap_in` puts the grader's own version of some of the student's functions in their
+  place for one request, from source the judge sends with it (so that a bug costs points once,
+  and no file the child imports holds those answers).
 
 Nothing here decides a grade: the judge reads what came back.
 """
@@ -24,7 +28,21 @@ from typing import Any
 
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["outcome", "backward_outcome", "fresh_copy", "spied", "CountTorchCalls"]
+__all__ = ["outcome", "backward_outcome", "fresh_copy", "spied", "CountTorchCalls", "swap_in",
+           "KernelLaunches"]
+
+
+def swap_in(module: ModuleType, parts) -> None:
+    """Replace the functions of ``module`` named in ``parts`` = ``(names, source)`` by those that
+    ``source`` defines (the judge's: it builds ``parts`` for the one request that needs them);
+    empty ``parts``: nothing to replace."""
+    if not parts:
+        return
+    names, source = parts
+    grader: dict[str, Any] = {}
+    exec(compile(source, "<the grader's parts>", "exec"), grader)  # noqa: S102 - the judge's code
+    for name in names:
+        setattr(module, name, grader[name])
 
 
 def outcome(fn: Callable, *args, **kwargs) -> tuple[str, str]:
@@ -120,3 +138,43 @@ class CountTorchCalls(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         self.calls += 1
         return func(*args, **(kwargs or {}))
+
+
+class KernelLaunches:
+    """Records the Triton kernels launched in this process inside a ``with`` block: the name of
+    each kernel's Python function, in order (``self.names``).
+
+    It wraps ``run`` of Triton's launchable kernel classes (the interpreter's and the compiled
+    one's; an autotuned kernel launches through them), so a launch through any name counts. It
+    watches from inside the student's process: a determined submission can hide from it, so the
+    GPU stage also reads the compiled kernels off the disk (lab 10's exam).
+    """
+
+    def __init__(self):
+        self.names: list[str] = []
+        self._undo: list[tuple[type, Callable]] = []
+
+    def __enter__(self):
+        from triton.runtime.interpreter import InterpretedFunction
+        from triton.runtime.jit import JITFunction
+
+        for cls in (InterpretedFunction, JITFunction):
+            real = cls.__dict__.get("run")
+            if real is None:
+                continue
+
+            def run(kernel, *args, _real=real, **kwargs):
+                if not kwargs.get("warmup"):
+                    fn = getattr(kernel, "fn", None)
+                    self.names.append(getattr(fn, "__name__", type(kernel).__name__))
+                return _real(kernel, *args, **kwargs)
+
+            cls.run = run
+            self._undo.append((cls, real))
+        return self
+
+    def __exit__(self, *exc):
+        for cls, real in reversed(self._undo):
+            cls.run = real
+        self._undo.clear()
+        return False
