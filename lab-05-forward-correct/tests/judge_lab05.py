@@ -303,3 +303,23 @@ def check_sample(res, step: SampleStep, lanes: slice, what: str) -> None:
         if "this is exactly" in str(exc):
             raise
         raise AssertionError(f"{exc}; {SAMPLE_HINT}") from None
+
+
+# -- Task 5.8: the baselines of the speed test, timed here ---------------------------------------
+def speed_baselines(case, dtype_name: str) -> dict:
+    """The baselines of the speed test on the judge's own copy of the inputs the speed probe
+    draws (same seeds, same salt, same device): the PyTorch reference, and the lab 05 chip's
+    msda_forward where this copy of the kit carries it."""
+    from msda_labs.grading.baseline import chip_function
+    from msda_labs.student import runtime
+    from msda_labs.truth.cases import make_inputs
+    from msda_labs.truth.reference import msda_reference
+
+    value, shapes, starts, loc, attn = make_inputs(case, getattr(torch, dtype_name),
+                                                   device=runtime.device())
+    # The reference reads the level sizes as Python ints: from a CPU copy, so that no call waits
+    # for the device (a call that waits cannot be captured in a CUDA graph).
+    host_shapes = shapes.cpu()
+    chip = chip_function("lab05", "msda_forward")
+    return {"reference": lambda: msda_reference(value, host_shapes, loc, attn),
+            "chip": None if chip is None else (lambda: chip(value, shapes, starts, loc, attn))}

@@ -9,12 +9,14 @@ read outside them poisons the result instead of reading whatever memory lies the
 
 from functools import lru_cache
 
+import judge_lab05 as judge
 import probes_lab05 as probes
 import pytest
 import torch
 from judge_lab05 import LAB, MODE, TASKS, TITLE  # noqa: F401  (the plugin reads them here)
 
 from msda_labs.grading import expect_close, expect_tensor
+from msda_labs.grading.baseline import with_baselines
 from msda_labs.grading.bigcase import BigCase
 from msda_labs.grading.peaked import (
     ACC_HINT,
@@ -211,6 +213,8 @@ def test_forward_on_gpu(submission, case, dtype):
 # -- Task 5.8: speed, against the PyTorch reference -----------------------------------------------
 # The baseline is the grid_sample reference, which every copy of the kit carries; the lab 05 chip
 # is absent from an exported lab 05, so its time is reported where it exists and never graded.
+# Both are timed by the judge (judge_lab05.speed_baselines), on the same inputs with the method
+# your child's race used: the child that runs your code holds no baseline.
 # The reference copies the whole value pyramid into grid_sample's layout, then gathers every
 # channel of every corner with its own strided read, then stacks, weights and sums in three more
 # passes: a kernel that follows the lab does one pass and is several times faster, so "no slower
@@ -229,7 +233,8 @@ def _case_reference(case: Case, dtype_name: str) -> torch.Tensor:
 @pytest.mark.stage("gpu")
 def test_forward_speed_against_the_reference(submission):
     case, dtype_name = SPEED_CASE, SPEED_DTYPE
-    measured = submission.run(probes.speed_probe, case, dtype_name)
+    measured = with_baselines(submission.run(probes.speed_probe, case, dtype_name),
+                              judge.speed_baselines(case, dtype_name))
     desc = f"{case.describe()} in {dtype_name}"
     # A fast wrong answer earns nothing: the output of the timed call is checked first.
     expect_close(timed_output(measured), _case_reference(case, dtype_name),
