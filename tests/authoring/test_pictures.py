@@ -107,3 +107,29 @@ def test_compare_png_sees_a_changed_label_and_forgives_nothing_else():
     with figure(3, 1.2) as (fig, _):
         taller = png_bytes(fig)
     assert "size" in pictures.compare_png(first, taller)
+
+
+def test_the_lab04_picture_records_every_lane_of_copy2d(facts):
+    from msda_labs.authoring.pictures import memory
+
+    record = facts["lab04"]
+    R, C = record["case"]["R"], record["case"]["C"]
+    assert record["equal"], "the chip's copy2d did not copy"
+    for kind, tensor in (("load", "x"), ("store", "out")):
+        cells = memory.lanes_by_cell(record, kind, tensor)
+        touched = sorted(element for _, active, element in cells.values() if active)
+        assert touched == list(range(R * C)), f"{kind}: each element exactly once"
+        assert all(not active for (r, c), (_, active, _) in cells.items() if r >= R or c >= C)
+
+
+def test_lanes_by_cell_sees_an_active_lane_outside_the_tensor():
+    from msda_labs.authoring.pictures import memory
+
+    record = {"case": {"R": 1, "C": 2, "BLOCK": 2},
+              "tensors": {"x": {"base": 1000, "numel": 2, "itemsize": 4}, "grid": [1, 1]},
+              "lanes": [{"kind": "load", "pid": [0, 0], "address": [[1000, 1004], [1008, 1012]],
+                         "active": [[True, True], [True, False]]}]}
+    cells = memory.lanes_by_cell(record, "load", "x")
+    assert cells[0, 0] == ((0, 0), True, 0) and cells[0, 1] == ((0, 0), True, 1)
+    assert cells[1, 0] == ((0, 0), True, None), "an unmasked lane past the end is outside"
+    assert cells[1, 1][1] is False

@@ -47,6 +47,11 @@ PICTURES = (
             "fp32 touches 4 full sectors, strided by 2 touches 8 half-used ones, strided by 8 "
             "and random touch 32 sectors using an eighth of each; the MSDA query-block tiling "
             "touches 2 full sectors and the point-parallel tiling 32 sectors, a sixteenth used."),
+    Picture("copy2d-memory", "lab04", "memory", True,
+            "Two 8 by 8 grids of lanes, for the loads from x and the stores into out of "
+            "copy2d_kernel on a 5 by 7 matrix in 4 by 4 tiles: the 35 lanes inside the matrix "
+            "each touch their own element, coloured by program; the 29 lanes past the edges are "
+            "masked off and touch nothing; no lane touches memory outside the tensors."),
     Picture("program-grid", "lab05", "grid", True,
             "Left: the launch grid of the lab 05 kernel, 3 query blocks by 6 (batch, head) "
             "pairs, with program (2, 4) highlighted. Middle: that program's 4 by 8 tile of the "

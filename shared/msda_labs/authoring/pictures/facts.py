@@ -4,16 +4,18 @@ Triton fixes its mode when it is first imported, and the facts need two of them,
 runs in its own short Python process: ``python -m msda_labs.authoring.pictures.facts MODE``
 prints one JSON object.
 
-* ``interpret`` (Triton's interpreter, CPU): the launch grid and block sizes of the lab 05
-  forward kernel on a small case (recorded at the launch, so the picture shows the grid the
-  chip really uses), and what the racy histogram of lab 08 returns on a small case next to
-  ``torch.bincount``.
+* ``interpret`` (Triton's interpreter, CPU): every lane of every load and store of the lab 04
+  chip's ``copy2d`` on a small matrix (address, mask, program); the launch grid and block sizes
+  of the lab 05 forward kernel on a small case (recorded at the launch, so the picture shows the
+  grid the chip really uses); and what the racy histogram of lab 08 returns on a small case next
+  to ``torch.bincount``.
 * ``aot`` (the real compiler, no GPU): the PTX of the lab 08 backward kernel with a bfloat16
   ``grad_value`` for SM 8.0 and SM 9.0, compiled by lab 09's ``compile_backward``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -24,9 +26,38 @@ __all__ = ["GRID_CASE", "HISTOGRAM_CASE", "measure", "measure_all"]
 
 # The small lab 05 case whose launch is recorded.
 GRID_CASE = {"B": 2, "Q": 10, "M": 3, "D": 5, "K": 2, "shapes": [[4, 5], [2, 3]], "BLOCK_Q": 4}
+# The small lab 04 case: copy2d of an R x C fp32 matrix in BLOCK x BLOCK tiles.
+COPY_CASE = {"R": 5, "C": 7, "BLOCK": 4}
 # The small lab 08 case: n indices into n_bins bins, BLOCK lanes per program.
 HISTOGRAM_CASE = {"n": 40, "n_bins": 6, "BLOCK": 16, "seed": 3}
 MODES = ("interpret", "aot")
+
+
+@contextlib.contextmanager
+def _launches():
+    """Record every interpreted kernel launch: its name, grid, integer meta-parameters and the
+    tensors it was given (base address, elements, bytes per element)."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    launches, run = [], InterpretedFunction.run
+
+    def recording_run(self, *args, grid, warmup, **kwargs):
+        if not warmup:
+            shape = grid(kwargs) if callable(grid) else grid
+            launches.append({
+                "kernel": self.fn.__name__, "grid": [int(g) for g in shape],
+                "meta": {k: v for k, v in kwargs.items()
+                         if isinstance(v, int) and not isinstance(v, bool)},
+                "tensors": [{"base": a.data_ptr(), "numel": a.numel(),
+                             "itemsize": a.element_size()}
+                            for a in args if hasattr(a, "data_ptr")]})
+        return run(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    InterpretedFunction.run = recording_run
+    try:
+        yield launches
+    finally:
+        InterpretedFunction.run = run
 
 
 def _lab05_launch() -> dict:
@@ -42,38 +73,50 @@ def _lab05_launch() -> dict:
     value = torch.randn(B, S, M, D, generator=gen)
     loc = torch.rand(B, Q, M, L, K, 2, generator=gen)
     attn = torch.rand(B, Q, M, L, K, generator=gen)
-    launches = []
-
-    class Spy:
-        """Stands in for a kernel: records ``kernel[grid](..., **meta)`` and launches it."""
-
-        def __init__(self, name, kernel):
-            self.name, self.kernel = name, kernel
-
-        def __call__(self, *args, **kwargs):
-            # A @triton.jit helper called from inside a kernel (lab 05's load_point, ...): not a
-            # launch, so it is passed through unrecorded.
-            return self.kernel(*args, **kwargs)
-
-        def __getitem__(self, grid):
-            def launch(*args, **meta):
-                launches.append({"kernel": self.name, "grid": [int(g) for g in grid],
-                                 "meta": {k: v for k, v in meta.items()
-                                          if isinstance(v, int) and not isinstance(v, bool)}})
-                return self.kernel[grid](*args, **meta)
-            return launch
-
-    saved = {}
-    for name, obj in vars(lab05).items():
-        if type(obj).__name__ in ("JITFunction", "InterpretedFunction"):
-            saved[name] = obj
-            setattr(lab05, name, Spy(name, obj))
-    try:
+    with _launches() as launches:
         lab05.msda_forward(value, shapes, None, loc, attn, BLOCK_Q=case["BLOCK_Q"])
-    finally:
-        for name, obj in saved.items():
-            setattr(lab05, name, obj)
+    for launch in launches:
+        del launch["tensors"]
     return {"case": case, "launches": launches}
+
+
+def _lab04_memory() -> dict:
+    """Record every lane of every masked load and store that copy2d_kernel issues."""
+    import numpy as np
+    import torch
+    from triton.runtime import interpreter
+
+    from msda_labs.chips import lab04
+
+    case = COPY_CASE
+    x = torch.arange(case["R"] * case["C"], dtype=torch.float32).reshape(case["R"], case["C"])
+    builder, lanes = interpreter.InterpreterBuilder, []
+    saved = builder.create_masked_load, builder.create_masked_store
+
+    def record(kind, builder_self, ptrs, mask):
+        pid = [int(p) for p in builder_self.grid_idx[:2]]
+        addresses = np.broadcast_to(ptrs.data, mask.data.shape)
+        lanes.append({"kind": kind, "pid": pid, "address": addresses.astype(np.int64).tolist(),
+                      "active": mask.data.astype(bool).tolist()})
+
+    def load(self, ptrs, mask, other, *rest):
+        record("load", self, ptrs, mask)
+        return saved[0](self, ptrs, mask, other, *rest)
+
+    def store(self, ptrs, value, mask, *rest):
+        record("store", self, ptrs, mask)
+        return saved[1](self, ptrs, value, mask, *rest)
+
+    builder.create_masked_load, builder.create_masked_store = load, store
+    try:
+        with _launches() as launches:
+            out = lab04.copy2d(x, BLOCK_R=case["BLOCK"], BLOCK_C=case["BLOCK"])
+    finally:
+        builder.create_masked_load, builder.create_masked_store = saved
+    [launch] = launches
+    x_arg, out_arg = launch["tensors"][:2]
+    tensors = {"x": x_arg, "out": out_arg, "grid": launch["grid"]}
+    return {"case": case, "tensors": tensors, "lanes": lanes, "equal": bool(torch.equal(out, x))}
 
 
 def _lab08_histogram() -> dict:
@@ -99,7 +142,7 @@ def _lab09_ptx() -> dict:
 
 def _run_here(mode: str) -> dict:
     if mode == "interpret":
-        return {"lab05": _lab05_launch(), "lab08": _lab08_histogram()}
+        return {"lab04": _lab04_memory(), "lab05": _lab05_launch(), "lab08": _lab08_histogram()}
     return {"lab09": _lab09_ptx()}
 
 
