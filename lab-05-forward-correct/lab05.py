@@ -4,12 +4,15 @@ Goal: write the complete MSDA forward kernel with query-block tiling, and make i
 reference on every edge: ragged query blocks, a non-power-of-two head dim, corners outside the
 image, half precision, and tensors too large for 32-bit offsets.
 
-In this lab you will:
-  * decode a 2-D grid into (query block, batch, head) and tile BLOCK_Q queries x all D channels;
-  * unroll the level and point loops at compile time with tl.static_range;
-  * gather four corner rows per point with masks that do three jobs (ragged queries,
-    non-power-of-two D, zero padding outside the image);
-  * accumulate in fp32 whatever the input dtype, and compute addresses in int64.
+In this lab you will build the kernel in four graded steps:
+  * Task 5.1 load_point: read one sampling point for BLOCK_Q queries and map it to pixels;
+  * Task 5.2 gather_corner: read one corner's D channels, zero outside the image (masks that do
+    three jobs: ragged queries, non-power-of-two D, zero padding);
+  * Task 5.3 sample_point: floor, the four corners and their bilinear weights;
+  * Task 5.4 msda_forward_kernel: decode a 2-D grid into (query block, batch, head), unroll the
+    level and point loops with tl.static_range and compose the three helpers;
+and then make it hold on every edge: ragged query tiles (5.5), fp32 accumulation whatever the
+input dtype (5.6), int64 addresses (5.7), and a real GPU (5.8).
 
 Conventions (the same in every lab):
   value               (B, S, M, D)        levels flattened row-major and concatenated along S
@@ -47,13 +50,84 @@ import triton.language as tl  # noqa: E402
 #   for l in static_range(L):                          unrolled: L and K are constexpr
 #       H, W, start = shapes[l, 0], shapes[l, 1], starts[l]      scalars
 #       for k in static_range(K):
-#           x, y, a = loc x, loc y, attn of point (l, k)  [BLOCK_Q] each, one per query
-#           x_pix = x * W - 0.5; y_pix = y * H - 0.5; floor, fractions, corners (int64)
-#           for each of the 4 corners (row, col, weight):
-#               gather value[b, start + row * W + col, m, :]   [BLOCK_Q, BLOCK_D], 0 outside
-#               acc += (a * weight)[:, None] * corner
-#   store acc (cast to out's dtype) under mask_q x mask_d
+#           x, y, a = load_point(...)                  Task 5.1: [BLOCK_Q] each, in pixels
+#           acc += sample_point(...)                   Task 5.3: a * bilinear, four corners,
+#                                                      each one gather_corner(...) (Task 5.2)
+#   store acc (cast to out's dtype) under mask_q x mask_d          Task 5.4: the kernel
+#
+# The three helpers are @triton.jit functions that the kernel calls like Python functions; the
+# compiler inlines them, so they cost nothing at run time. Each one is graded on its own, by a
+# tiny test kernel that calls it on one small tile and stores what it returns.
 # ------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def load_point(
+    loc_ptr,  # (B, Q, M, L, K, 2) normalized (x, y)
+    attn_ptr,  # (B, Q, M, L, K) attention weights
+    p,  # [BLOCK_Q] int64: the flat point index ((b * Q + q) * M + m) * L * K + l * K + k
+    mask_q,  # [BLOCK_Q] bool: False for the lanes past Q
+    H,  # the level's height (int64 scalar)
+    W,  # the level's width (int64 scalar)
+):
+    """One sampling point per query lane, in pixel coordinates: (x_pix, y_pix, a).
+
+    Returns three [BLOCK_Q] fp32 vectors: x_pix = x * W - 0.5 and y_pix = y * H - 0.5, where x
+    is loc[2 * p] and y is loc[2 * p + 1], and a = attn[p]. A lane whose mask_q is False reads
+    nothing and gets a = 0.
+    """
+    # TODO(Task 5.1): three loads under mask_q (other=0.0), each converted to fp32; then the
+    # half-pixel shift of x and y (about 5 lines).
+    raise NotImplementedError("Task 5.1: load_point")
+
+
+@triton.jit
+def gather_corner(
+    val_base,  # [1, BLOCK_D] pointers: value[b, 0, m, 0:BLOCK_D] (pixel s = 0 of this b and m)
+    start,  # where the level begins along S (int64 scalar)
+    row,  # [BLOCK_Q] int64: the corner's row, y (may lie outside [0, H))
+    col,  # [BLOCK_Q] int64: the corner's column, x (may lie outside [0, W))
+    H,  # the level's height (int64 scalar)
+    W,  # the level's width (int64 scalar)
+    mask_q,  # [BLOCK_Q] bool: False for the lanes past Q
+    mask_d,  # [BLOCK_D] bool: False for the channels d >= D
+    M: tl.constexpr,  # heads
+    D: tl.constexpr,  # channels per head
+):
+    """The D channels of pixel (row, col) of one level, one row per query lane.
+
+    Returns a [BLOCK_Q, BLOCK_D] fp32 tile: value[b, start + row * W + col, m, d] where the pixel
+    lies inside the H x W level, the lane is on and d < D; 0.0 everywhere else, read from nowhere
+    (zero padding: a corner outside the image adds nothing).
+    """
+    # TODO(Task 5.2): the corner's validity (lane on, row and column in range), its pixel index
+    # along S, and one masked 2-D load of its channels (about 4 lines).
+    raise NotImplementedError("Task 5.2: gather_corner")
+
+
+@triton.jit
+def sample_point(
+    val_base,  # [1, BLOCK_D] pointers, as gather_corner takes them
+    start,  # where the level begins along S (int64 scalar)
+    H,  # the level's height (int64 scalar)
+    W,  # the level's width (int64 scalar)
+    x,  # [BLOCK_Q] fp32 pixel x (load_point's x_pix)
+    y,  # [BLOCK_Q] fp32 pixel y (load_point's y_pix)
+    a,  # [BLOCK_Q] fp32 attention weight
+    mask_q,  # [BLOCK_Q] bool
+    mask_d,  # [BLOCK_D] bool
+    M: tl.constexpr,  # heads
+    D: tl.constexpr,  # channels per head
+):
+    """One point's share of the output: a * bilinear(level, x, y), [BLOCK_Q, BLOCK_D] fp32.
+
+    The four corners around (x, y) are read with gather_corner; lab 01's weights blend them:
+    with x0 = floor(x), lx = x - x0 (and the same for y), the corner (y0, x0) weighs
+    (1 - lx)(1 - ly), (y0, x0 + 1) lx (1 - ly), (y0 + 1, x0) (1 - lx) ly, (y0 + 1, x0 + 1) lx ly.
+    """
+    # TODO(Task 5.3): floor and fractions, the four corners through gather_corner, and their
+    # weighted sum times a (about 12 lines).
+    raise NotImplementedError("Task 5.3: sample_point")
 
 
 @triton.jit
@@ -77,12 +151,11 @@ def msda_forward_kernel(
     (batch b, head m) = divmod(pid_bm, M), all D channels at once."""
     pid_q = tl.program_id(0)  # which block of BLOCK_Q queries
     pid_bm = tl.program_id(1)  # which (batch, head): pid_bm = b * M + m
-    # TODO(Task 5.1): decode b and m, build offs_q (int64!), offs_d, mask_q, mask_d and the
-    # (b, q, m) row index pq; zero an fp32 accumulator; loop over levels (load H, W, start) and
-    # points (load x, y, a for the BLOCK_Q queries); gather the four corners with masks that fold
-    # in mask_q, the range tests and mask_d; accumulate; store in out's dtype under
-    # mask_q x mask_d (about 45 lines).
-    raise NotImplementedError("Task 5.1: msda_forward_kernel")
+    # TODO(Task 5.4): decode b and m, build offs_q (int64!), offs_d, mask_q, mask_d, the
+    # (b, q, m) row index pq and val_base; zero an fp32 accumulator; loop over levels (load H, W,
+    # start) and points (load_point, then sample_point into the accumulator); store in out's
+    # dtype under mask_q x mask_d (about 20 lines).
+    raise NotImplementedError("Task 5.4: msda_forward_kernel")
 
 
 def msda_forward(value, spatial_shapes, level_start_index, sampling_locations, attention_weights,

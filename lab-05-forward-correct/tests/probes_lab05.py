@@ -1,19 +1,70 @@
 """Probes of lab 05: what the isolated child runs next to the student's module.
 
 Each function takes the student's module first and returns tensors or plain data for the judge
-(test_lab05_forward.py). The kernel is launched here, with the signature the lab fixes, on
+(test_lab05_steps.py, test_lab05_forward.py). Every input arrives as an argument; nothing here
+knows an expected value. The helpers of Tasks 5.1-5.3 run inside the grader's own tiny test
+kernels (lab05_steps.py); the kernel is launched here, with the signature the lab fixes, on
 guarded copies of the inputs into a sentinel output (msda_labs.grading.probes).
 """
+
+import os
 
 import torch
 
 from msda_labs.grading import probes, timing
-from msda_labs.grading.guards import pow2, sentinel_buffer
+from msda_labs.grading.guards import between_guards, pow2, sentinel_buffer
 from msda_labs.student import runtime
-from msda_labs.truth.cases import make_inputs
-from msda_labs.truth.reference import msda_reference
+from msda_labs.student.cases import make_inputs
 
 IN_GUARD = 16  # NaN elements on each side of value, loc and attn
+STEP_GUARD = 64  # NaN elements on each side of the point tensors of Task 5.1
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    # In the interpreter worker: the test kernels are imported (and so kept in memory) before the
+    # worker forks a child per test. The judge never imports triton.
+    import lab05_steps  # noqa: F401
+
+
+def _nan_output(n: int) -> torch.Tensor:
+    return torch.full((n,), float("nan"), dtype=torch.float32, device=runtime.device())
+
+
+def point_probe(module, loc, attn, p, on, shape):
+    """load_point in one program of 8 lanes: (3, 8) = x_pix, y_pix and a per lane."""
+    import lab05_steps
+
+    loc, attn, p, on, shape = probes.on_device((loc, attn, p, on, shape))
+    out = _nan_output(3 * p.numel())
+    lab05_steps.point_kernel[(1,)](between_guards(loc, STEP_GUARD),
+                                   between_guards(attn, STEP_GUARD), p, on, shape, out,
+                                   helper=module.load_point, BLOCK_Q=p.numel())
+    return out.view(3, p.numel())
+
+
+def _tile_probe(kernel, helper, value, level, first, second, on, m):
+    """One program of a step kernel on a guarded copy of ``value``: the [BLOCK_Q, BLOCK_D] tile."""
+    value, level, first, second, on = probes.on_device((value, level, first, second, on))
+    _, S, M, D = value.shape
+    block_q, block_d = on.numel(), pow2(D)
+    out = _nan_output(block_q * block_d)
+    kernel[(1,)](between_guards(value, probes.value_guard(S, M, D)), level, first, second, on,
+                 out, m, helper=helper, M=M, D=D, BLOCK_Q=block_q, BLOCK_D=block_d)
+    return out.view(block_q, block_d)
+
+
+def corner_probe(module, value, level, row, col, on, m):
+    """gather_corner for 16 lanes (one corner each) of head m: the [16, BLOCK_D] tile."""
+    import lab05_steps
+
+    return _tile_probe(lab05_steps.corner_kernel, module.gather_corner, value, level, row, col,
+                       on, m)
+
+
+def sample_probe(module, value, level, xy, a, on, m):
+    """sample_point for 16 lanes (one pixel point each) of head m: the [16, BLOCK_D] tile."""
+    import lab05_steps
+
+    return _tile_probe(lab05_steps.sample_kernel, module.sample_point, value, level, xy, a, on, m)
 
 
 def kernel_probe(module, inputs, block_q):
@@ -45,23 +96,18 @@ def big_probe(module, case, block_q):
 
 def gpu_probe(module, case, dtype_name):
     """Build the case on the device, run msda_forward, return the output."""
-    inputs = make_inputs(case, getattr(torch, dtype_name), device=runtime.device())
+    dev = runtime.device()
+    inputs = make_inputs(case, getattr(torch, dtype_name), device=dev)
     out = module.msda_forward(*inputs)
-    torch.cuda.synchronize()
+    if dev != "cpu":
+        torch.cuda.synchronize()
     return out
 
 
 def speed_probe(module, case, dtype_name):
-    """msda_forward, the reference and (where the kit has it) the lab 05 chip on the same device
-    inputs, timed side by side; the output of your first call comes back."""
+    """msda_forward on the case's device inputs, timed; the output of your first call comes
+    back. Only your call is timed here: the judge times the baselines (the PyTorch reference and,
+    where the kit has it, the lab 05 chip) itself, on its own copy of the same inputs."""
     value, shapes, starts, loc, attn = make_inputs(case, getattr(torch, dtype_name),
                                                    device=runtime.device())
-    # The reference reads the level sizes as Python ints: from a CPU copy, so that no call waits
-    # for the device (a call that waits cannot be captured in a CUDA graph).
-    host_shapes = shapes.cpu()
-    chip = timing.chip_function("lab05", "msda_forward")
-    return timing.race_all({
-        "yours": lambda: module.msda_forward(value, shapes, starts, loc, attn),
-        "reference": lambda: msda_reference(value, host_shapes, loc, attn),
-        "chip": None if chip is None else (lambda: chip(value, shapes, starts, loc, attn)),
-    })
+    return timing.race_all({"yours": lambda: module.msda_forward(value, shapes, starts, loc, attn)})

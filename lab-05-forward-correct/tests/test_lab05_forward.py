@@ -9,11 +9,14 @@ read outside them poisons the result instead of reading whatever memory lies the
 
 from functools import lru_cache
 
+import judge_lab05 as judge
 import probes_lab05 as probes
 import pytest
 import torch
+from judge_lab05 import LAB, MODE, TASKS, TITLE  # noqa: F401  (the plugin reads them here)
 
 from msda_labs.grading import expect_close, expect_tensor
+from msda_labs.grading.baseline import with_baselines
 from msda_labs.grading.bigcase import BigCase
 from msda_labs.grading.peaked import (
     ACC_HINT,
@@ -43,17 +46,6 @@ from msda_labs.truth.cases import (
 )
 from msda_labs.truth.reference import msda_reference
 
-LAB = "lab05"
-TITLE = "The forward kernel, correct"
-MODE = "interpret"
-TASKS = {
-    "5.1": "msda_forward_kernel",
-    "5.2": "query tiles and masks",
-    "5.3": "fp32 accumulation",
-    "5.4": "int64 offsets",
-    "5.5": "on a real GPU",
-}
-
 
 def _reference(inputs: MSDAInputs) -> torch.Tensor:
     value, shapes, _starts, loc, attn = inputs
@@ -80,8 +72,8 @@ def _check_kernel(submission, inputs, case: Case, dtype, block_q: int, *,
         raise
 
 
-# -- Task 5.1: the math, fp32 ---------------------------------------------------------------------
-@pytest.mark.task("5.1", points=2)
+# -- Task 5.4: the math, fp32 ---------------------------------------------------------------------
+@pytest.mark.task("5.4", points=1)
 @pytest.mark.parametrize("case", STANDARD_CASES, ids=lambda c: c.id)
 @pytest.mark.rule(
     "mask-corners", "zero-padding", "half-pixel", "floor", "xy-order", "level-starts",
@@ -91,7 +83,7 @@ def test_kernel_matches_reference(submission, case):
     _check_kernel(submission, make_inputs(case, torch.float32), case, torch.float32, 4)
 
 
-@pytest.mark.task("5.1", points=1)
+@pytest.mark.task("5.4", points=1)
 @pytest.mark.rule("level-starts")
 def test_msda_forward_derives_level_starts(submission):
     # As labs 06 and 10 call it: the wrapper, level_start_index=None, the default BLOCK_Q (> Q).
@@ -105,8 +97,8 @@ def test_msda_forward_derives_level_starts(submission):
                  case=case.describe(), dtype=torch.float32, variants=msda_variants(inputs))
 
 
-# -- Task 5.2: query tiles and masks --------------------------------------------------------------
-@pytest.mark.task("5.2", points=1)
+# -- Task 5.5: query tiles and masks --------------------------------------------------------------
+@pytest.mark.task("5.5", points=1)
 @pytest.mark.parametrize(("case", "block_q"), [(SINGLE, 1), (MULTI_LEVEL, 2), (MULTI_LEVEL, 16)],
                          ids=["BLOCK_Q1", "BLOCK_Q2", "BLOCK_Q16"])
 @pytest.mark.rule("mask-query-tail", "write-once")
@@ -121,7 +113,7 @@ QUERY_TAIL = Case("query_tail", B=2, Q=6, M=2, D=4, shapes=((3, 5),), K=2, loc_l
 CHANNEL_TAIL = Case("channel_tail", B=1, Q=8, M=2, D=3, shapes=((4, 3), (2, 2)), K=2, seed=4)
 
 
-@pytest.mark.task("5.2", points=2)
+@pytest.mark.task("5.5", points=2)
 @pytest.mark.rule("mask-query-tail")
 def test_store_masks_the_query_tail(submission):
     # D = 4 is a power of two, so only the rows past Q of the last block can go astray.
@@ -130,7 +122,7 @@ def test_store_masks_the_query_tail(submission):
                                   "store mask ignores the query mask mask_q (an unmasked tail)")
 
 
-@pytest.mark.task("5.2", points=2)
+@pytest.mark.task("5.5", points=2)
 @pytest.mark.rule("mask-channel-tail")
 def test_store_masks_the_channel_tail(submission):
     # Q = 8 is a multiple of BLOCK_Q = 4, so only the channels d >= D = 3 can go astray.
@@ -140,15 +132,15 @@ def test_store_masks_the_channel_tail(submission):
                                "the store mask ignores mask_d (an unmasked tail)")
 
 
-# -- Task 5.3: half-precision inputs, fp32 accumulation -------------------------------------------
-@pytest.mark.task("5.3", points=1)
+# -- Task 5.6: half-precision inputs, fp32 accumulation -------------------------------------------
+@pytest.mark.task("5.6", points=1)
 @pytest.mark.parametrize("case", STANDARD_CASES, ids=lambda c: c.id)
 @pytest.mark.rule("fp32-accumulation")
 def test_fp16_matches_reference(submission, case):
     _check_kernel(submission, make_inputs(case, torch.float16), case, torch.float16, 4)
 
 
-@pytest.mark.task("5.3", points=3)
+@pytest.mark.task("5.6", points=3)
 @pytest.mark.rule("fp32-accumulation")
 def test_accumulates_in_fp32(submission):
     inputs = peaked_inputs()
@@ -156,7 +148,7 @@ def test_accumulates_in_fp32(submission):
     _check_kernel(submission, inputs, PEAKED, torch.float16, 4, variants=variants, hint=ACC_HINT)
 
 
-# -- Task 5.4: int64 offsets ----------------------------------------------------------------------
+# -- Task 5.7: int64 offsets ----------------------------------------------------------------------
 # Two batches of one 16384 x 16384 level with M * D = 8: batch 1 starts at element 2**31, one past
 # the largest int32. The value tensor (2**32 fp32 elements, 16 GiB) is a sparse file mapped into
 # memory: only the pages the test writes or the kernel reads take memory, a few hundred KiB.
@@ -189,25 +181,25 @@ def _check_huge(submission):
         raise AssertionError(f"{exc}; {_INT64_HINT}") from None
 
 
-@pytest.mark.task("5.4", points=3)
+@pytest.mark.task("5.7", points=3)
 @pytest.mark.rule("int64-offsets")
 def test_int64_offsets_past_2_31(submission):
     _check_huge(submission)
 
 
-@pytest.mark.task("5.4", points=2)
+@pytest.mark.task("5.7", points=2)
 @pytest.mark.stage("gpu")
 @pytest.mark.rule("int64-offsets")
 def test_int64_offsets_past_2_31_on_gpu(submission):
     _check_huge(submission)
 
 
-# -- Task 5.5: a real GPU, real sizes, every dtype ------------------------------------------------
+# -- Task 5.8: a real GPU, real sizes, every dtype ------------------------------------------------
 ENCODER = Case("encoder", B=2, Q=5100, M=8, D=32, shapes=((48, 80), (24, 40), (12, 20), (6, 10)),
                K=4, loc_lo=-0.1, loc_hi=1.1, seed=5)
 
 
-@pytest.mark.task("5.5", points=2)
+@pytest.mark.task("5.8", points=2)
 @pytest.mark.stage("gpu")
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("case", [DECODER, ENCODER], ids=lambda c: c.id)
@@ -218,9 +210,11 @@ def test_forward_on_gpu(submission, case, dtype):
                  case=f"{case.describe()} in {dtype}", dtype=getattr(torch, dtype))
 
 
-# -- Task 5.5: speed, against the PyTorch reference -----------------------------------------------
+# -- Task 5.8: speed, against the PyTorch reference -----------------------------------------------
 # The baseline is the grid_sample reference, which every copy of the kit carries; the lab 05 chip
 # is absent from an exported lab 05, so its time is reported where it exists and never graded.
+# Both are timed by the judge (judge_lab05.speed_baselines), on the same inputs with the method
+# your child's race used: the child that runs your code holds no baseline.
 # The reference copies the whole value pyramid into grid_sample's layout, then gathers every
 # channel of every corner with its own strided read, then stacks, weights and sums in three more
 # passes: a kernel that follows the lab does one pass and is several times faster, so "no slower
@@ -235,11 +229,12 @@ def _case_reference(case: Case, dtype_name: str) -> torch.Tensor:
     return _reference(make_inputs(case, getattr(torch, dtype_name)))
 
 
-@pytest.mark.task("5.5", points=2)
+@pytest.mark.task("5.8", points=2)
 @pytest.mark.stage("gpu")
 def test_forward_speed_against_the_reference(submission):
     case, dtype_name = SPEED_CASE, SPEED_DTYPE
-    measured = submission.run(probes.speed_probe, case, dtype_name)
+    measured = with_baselines(submission.run(probes.speed_probe, case, dtype_name),
+                              judge.speed_baselines(case, dtype_name))
     desc = f"{case.describe()} in {dtype_name}"
     # A fast wrong answer earns nothing: the output of the timed call is checked first.
     expect_close(timed_output(measured), _case_reference(case, dtype_name),

@@ -4,12 +4,15 @@ Goal: write the complete MSDA forward kernel with query-block tiling, and make i
 reference on every edge: ragged query blocks, a non-power-of-two head dim, corners outside the
 image, half precision, and tensors too large for 32-bit offsets.
 
-In this lab you will:
-  * decode a 2-D grid into (query block, batch, head) and tile BLOCK_Q queries x all D channels;
-  * unroll the level and point loops at compile time with tl.static_range;
-  * gather four corner rows per point with masks that do three jobs (ragged queries,
-    non-power-of-two D, zero padding outside the image);
-  * accumulate in fp32 whatever the input dtype, and compute addresses in int64.
+In this lab you will build the kernel in four graded steps:
+  * Task 5.1 load_point: read one sampling point for BLOCK_Q queries and map it to pixels;
+  * Task 5.2 gather_corner: read one corner's D channels, zero outside the image (masks that do
+    three jobs: ragged queries, non-power-of-two D, zero padding);
+  * Task 5.3 sample_point: floor, the four corners and their bilinear weights;
+  * Task 5.4 msda_forward_kernel: decode a 2-D grid into (query block, batch, head), unroll the
+    level and point loops with tl.static_range and compose the three helpers;
+and then make it hold on every edge: ragged query tiles (5.5), fp32 accumulation whatever the
+input dtype (5.6), int64 addresses (5.7), and a real GPU (5.8).
 
 Conventions (the same in every lab):
   value               (B, S, M, D)        levels flattened row-major and concatenated along S
@@ -47,13 +50,119 @@ import triton.language as tl  # noqa: E402
 #   for l in static_range(L):                          unrolled: L and K are constexpr
 #       H, W, start = shapes[l, 0], shapes[l, 1], starts[l]      scalars
 #       for k in static_range(K):
-#           x, y, a = loc x, loc y, attn of point (l, k)  [BLOCK_Q] each, one per query
-#           x_pix = x * W - 0.5; y_pix = y * H - 0.5; floor, fractions, corners (int64)
-#           for each of the 4 corners (row, col, weight):
-#               gather value[b, start + row * W + col, m, :]   [BLOCK_Q, BLOCK_D], 0 outside
-#               acc += (a * weight)[:, None] * corner
-#   store acc (cast to out's dtype) under mask_q x mask_d
+#           x, y, a = load_point(...)                  Task 5.1: [BLOCK_Q] each, in pixels
+#           acc += sample_point(...)                   Task 5.3: a * bilinear, four corners,
+#                                                      each one gather_corner(...) (Task 5.2)
+#   store acc (cast to out's dtype) under mask_q x mask_d          Task 5.4: the kernel
+#
+# The three helpers are @triton.jit functions that the kernel calls like Python functions; the
+# compiler inlines them, so they cost nothing at run time. Each one is graded on its own, by a
+# tiny test kernel that calls it on one small tile and stores what it returns.
 # ------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def load_point(
+    loc_ptr,  # (B, Q, M, L, K, 2) normalized (x, y)
+    attn_ptr,  # (B, Q, M, L, K) attention weights
+    p,  # [BLOCK_Q] int64: the flat point index ((b * Q + q) * M + m) * L * K + l * K + k
+    mask_q,  # [BLOCK_Q] bool: False for the lanes past Q
+    H,  # the level's height (int64 scalar)
+    W,  # the level's width (int64 scalar)
+):
+    """One sampling point per query lane, in pixel coordinates: (x_pix, y_pix, a).
+
+    Returns three [BLOCK_Q] fp32 vectors: x_pix = x * W - 0.5 and y_pix = y * H - 0.5, where x
+    is loc[2 * p] and y is loc[2 * p + 1], and a = attn[p]. A lane whose mask_q is False reads
+    nothing and gets a = 0.
+    """
+    # TODO(Task 5.1): three loads under mask_q (other=0.0), each converted to fp32; then the
+    # half-pixel shift of x and y (about 5 lines).
+    # BEGIN SOLUTION
+    x = tl.load(loc_ptr + 2 * p, mask=mask_q, other=0.0).to(tl.float32)
+    y = tl.load(loc_ptr + 2 * p + 1, mask=mask_q, other=0.0).to(tl.float32)
+    a = tl.load(attn_ptr + p, mask=mask_q, other=0.0).to(tl.float32)
+    x_pix = x * W.to(tl.float32) - 0.5
+    y_pix = y * H.to(tl.float32) - 0.5
+    return x_pix, y_pix, a
+    # STARTER
+    # raise NotImplementedError("Task 5.1: load_point")
+    # END SOLUTION
+
+
+@triton.jit
+def gather_corner(
+    val_base,  # [1, BLOCK_D] pointers: value[b, 0, m, 0:BLOCK_D] (pixel s = 0 of this b and m)
+    start,  # where the level begins along S (int64 scalar)
+    row,  # [BLOCK_Q] int64: the corner's row, y (may lie outside [0, H))
+    col,  # [BLOCK_Q] int64: the corner's column, x (may lie outside [0, W))
+    H,  # the level's height (int64 scalar)
+    W,  # the level's width (int64 scalar)
+    mask_q,  # [BLOCK_Q] bool: False for the lanes past Q
+    mask_d,  # [BLOCK_D] bool: False for the channels d >= D
+    M: tl.constexpr,  # heads
+    D: tl.constexpr,  # channels per head
+):
+    """The D channels of pixel (row, col) of one level, one row per query lane.
+
+    Returns a [BLOCK_Q, BLOCK_D] fp32 tile: value[b, start + row * W + col, m, d] where the pixel
+    lies inside the H x W level, the lane is on and d < D; 0.0 everywhere else, read from nowhere
+    (zero padding: a corner outside the image adds nothing).
+    """
+    # TODO(Task 5.2): the corner's validity (lane on, row and column in range), its pixel index
+    # along S, and one masked 2-D load of its channels (about 4 lines).
+    # BEGIN SOLUTION
+    inside = mask_q & (row >= 0) & (row < H) & (col >= 0) & (col < W)  # [BLOCK_Q]
+    pix = start + row * W + col  # [BLOCK_Q] int64 pixel index along S
+    return tl.load(val_base + (pix * (M * D))[:, None], mask=inside[:, None] & mask_d[None, :],
+                   other=0.0).to(tl.float32)
+    # STARTER
+    # raise NotImplementedError("Task 5.2: gather_corner")
+    # END SOLUTION
+
+
+@triton.jit
+def sample_point(
+    val_base,  # [1, BLOCK_D] pointers, as gather_corner takes them
+    start,  # where the level begins along S (int64 scalar)
+    H,  # the level's height (int64 scalar)
+    W,  # the level's width (int64 scalar)
+    x,  # [BLOCK_Q] fp32 pixel x (load_point's x_pix)
+    y,  # [BLOCK_Q] fp32 pixel y (load_point's y_pix)
+    a,  # [BLOCK_Q] fp32 attention weight
+    mask_q,  # [BLOCK_Q] bool
+    mask_d,  # [BLOCK_D] bool
+    M: tl.constexpr,  # heads
+    D: tl.constexpr,  # channels per head
+):
+    """One point's share of the output: a * bilinear(level, x, y), [BLOCK_Q, BLOCK_D] fp32.
+
+    The four corners around (x, y) are read with gather_corner; lab 01's weights blend them:
+    with x0 = floor(x), lx = x - x0 (and the same for y), the corner (y0, x0) weighs
+    (1 - lx)(1 - ly), (y0, x0 + 1) lx (1 - ly), (y0 + 1, x0) (1 - lx) ly, (y0 + 1, x0 + 1) lx ly.
+    """
+    # TODO(Task 5.3): floor and fractions, the four corners through gather_corner, and their
+    # weighted sum times a (about 12 lines).
+    # BEGIN SOLUTION
+    x0f = tl.floor(x)
+    y0f = tl.floor(y)
+    lx = x - x0f
+    ly = y - y0f
+    x0 = x0f.to(tl.int64)
+    y0 = y0f.to(tl.int64)
+    v00 = gather_corner(val_base, start, y0, x0, H, W, mask_q, mask_d, M, D)
+    v01 = gather_corner(val_base, start, y0, x0 + 1, H, W, mask_q, mask_d, M, D)
+    v10 = gather_corner(val_base, start, y0 + 1, x0, H, W, mask_q, mask_d, M, D)
+    v11 = gather_corner(val_base, start, y0 + 1, x0 + 1, H, W, mask_q, mask_d, M, D)
+    w00 = a * (1 - lx) * (1 - ly)
+    w01 = a * lx * (1 - ly)
+    w10 = a * (1 - lx) * ly
+    w11 = a * lx * ly
+    return (w00[:, None] * v00 + w01[:, None] * v01
+            + w10[:, None] * v10 + w11[:, None] * v11)
+    # STARTER
+    # raise NotImplementedError("Task 5.3: sample_point")
+    # END SOLUTION
 
 
 @triton.jit
@@ -77,11 +186,10 @@ def msda_forward_kernel(
     (batch b, head m) = divmod(pid_bm, M), all D channels at once."""
     pid_q = tl.program_id(0)  # which block of BLOCK_Q queries
     pid_bm = tl.program_id(1)  # which (batch, head): pid_bm = b * M + m
-    # TODO(Task 5.1): decode b and m, build offs_q (int64!), offs_d, mask_q, mask_d and the
-    # (b, q, m) row index pq; zero an fp32 accumulator; loop over levels (load H, W, start) and
-    # points (load x, y, a for the BLOCK_Q queries); gather the four corners with masks that fold
-    # in mask_q, the range tests and mask_d; accumulate; store in out's dtype under
-    # mask_q x mask_d (about 45 lines).
+    # TODO(Task 5.4): decode b and m, build offs_q (int64!), offs_d, mask_q, mask_d, the
+    # (b, q, m) row index pq and val_base; zero an fp32 accumulator; loop over levels (load H, W,
+    # start) and points (load_point, then sample_point into the accumulator); store in out's
+    # dtype under mask_q x mask_d (about 20 lines).
     # BEGIN SOLUTION
     b = (pid_bm // M).to(tl.int64)  # int64: b * S * M * D can pass 2**31
     m = pid_bm % M
@@ -91,52 +199,20 @@ def msda_forward_kernel(
     mask_d = offs_d < D  # [BLOCK_D] non-power-of-two D
     pq = (b * Q + offs_q) * M + m  # [BLOCK_Q] row of (b, q, m) in loc, attn and out
     val_base = value_ptr + (b * S * M + m) * D + offs_d[None, :]  # [1, BLOCK_D] at s = 0
-    d_ok = mask_d[None, :]  # [1, BLOCK_D]
     acc = tl.zeros((BLOCK_Q, BLOCK_D), dtype=tl.float32)
     for lvl in tl.static_range(L):
         H = tl.load(shapes_ptr + 2 * lvl)  # int64 scalars
         W = tl.load(shapes_ptr + 2 * lvl + 1)
         start = tl.load(starts_ptr + lvl)
-        Hf = H.to(tl.float32)
-        Wf = W.to(tl.float32)
         for k in tl.static_range(K):
             p = pq * (L * K) + (lvl * K + k)  # [BLOCK_Q] point index into loc and attn
-            x = tl.load(loc_ptr + 2 * p, mask=mask_q, other=0.0).to(tl.float32) * Wf - 0.5
-            y = tl.load(loc_ptr + 2 * p + 1, mask=mask_q, other=0.0).to(tl.float32) * Hf - 0.5
-            a = tl.load(attn_ptr + p, mask=mask_q, other=0.0).to(tl.float32)
-            x0f = tl.floor(x)
-            y0f = tl.floor(y)
-            lx = x - x0f
-            ly = y - y0f
-            x0 = x0f.to(tl.int64)
-            y0 = y0f.to(tl.int64)
-            x1 = x0 + 1
-            y1 = y0 + 1
-            # mask_q rides on the x tests: a masked lane (loc 0, so x1 = 0) never dereferences.
-            vx0 = mask_q & (x0 >= 0) & (x0 < W)
-            vx1 = mask_q & (x1 >= 0) & (x1 < W)
-            vy0 = (y0 >= 0) & (y0 < H)
-            vy1 = (y1 >= 0) & (y1 < H)
-            row0 = start + y0 * W  # [BLOCK_Q] pixel index along S of (y0, 0)
-            row1 = row0 + W
-            v00 = tl.load(val_base + ((row0 + x0) * (M * D))[:, None],
-                          mask=(vy0 & vx0)[:, None] & d_ok, other=0.0).to(tl.float32)
-            v01 = tl.load(val_base + ((row0 + x1) * (M * D))[:, None],
-                          mask=(vy0 & vx1)[:, None] & d_ok, other=0.0).to(tl.float32)
-            v10 = tl.load(val_base + ((row1 + x0) * (M * D))[:, None],
-                          mask=(vy1 & vx0)[:, None] & d_ok, other=0.0).to(tl.float32)
-            v11 = tl.load(val_base + ((row1 + x1) * (M * D))[:, None],
-                          mask=(vy1 & vx1)[:, None] & d_ok, other=0.0).to(tl.float32)
-            w00 = a * (1 - lx) * (1 - ly)
-            w01 = a * lx * (1 - ly)
-            w10 = a * (1 - lx) * ly
-            w11 = a * lx * ly
-            acc += (w00[:, None] * v00 + w01[:, None] * v01
-                    + w10[:, None] * v10 + w11[:, None] * v11)
+            x, y, a = load_point(loc_ptr, attn_ptr, p, mask_q, H, W)
+            acc += sample_point(val_base, start, H, W, x, y, a, mask_q, mask_d, M, D)
     out_offs = (pq * D)[:, None] + offs_d[None, :]  # [BLOCK_Q, BLOCK_D]
-    tl.store(out_ptr + out_offs, acc.to(out_ptr.dtype.element_ty), mask=mask_q[:, None] & d_ok)
+    tl.store(out_ptr + out_offs, acc.to(out_ptr.dtype.element_ty),
+             mask=mask_q[:, None] & mask_d[None, :])
     # STARTER
-    # raise NotImplementedError("Task 5.1: msda_forward_kernel")
+    # raise NotImplementedError("Task 5.4: msda_forward_kernel")
     # END SOLUTION
 
 
