@@ -55,17 +55,17 @@ def tolerance(dtype: torch.dtype, backward: bool = False) -> tuple[float, float]
 
 def grade_seed() -> int:
     """The secret seed offset of an instructor regrade (0 when grading normally)."""
-    raw = os.environ.get("MSDA_GRADE_SEED", "0") or "0"
+    raw = os.environ.get("MSDA_CASE_SALT", "0") or "0"  # the judge's per-submission salt
     try:
         return int(raw)
     except ValueError:
-        raise ValueError(f"MSDA_GRADE_SEED must be an integer, got {raw!r}") from None
+        raise ValueError(f"MSDA_CASE_SALT must be an integer, got {raw!r}") from None
 
 
 def seeded_generator(seed: int) -> torch.Generator:
     """A CPU generator for ``seed`` mixed with the regrade seed."""
     gen = torch.Generator()
-    gen.manual_seed(seed + 1_000_003 * grade_seed())
+    gen.manual_seed((seed + 1_000_003 * grade_seed()) % (1 << 64))
     return gen
 
 
