@@ -41,6 +41,7 @@ import signal
 import stat
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 __all__ = ["SEPARATE_ENV", "JUDGE_ONLY_ENV", "UID_BASE", "SandboxError", "Sandbox", "policy",
@@ -304,8 +305,9 @@ def drop(plan: dict) -> None:
     tempfile.tempdir = None
 
 
-def reap(uid: int) -> None:
-    """Kill every process of ``uid``: a helper becomes ``uid`` and signals all it may."""
+def reap(uid: int, orphans: bool = False) -> None:
+    """Kill every process of ``uid``: a helper becomes ``uid`` and signals all it may. A
+    subreaper zygote passes ``orphans`` to collect the killed orphans it adopted."""
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the forked helper
         code = 0
@@ -318,13 +320,18 @@ def reap(uid: int) -> None:
             code = 1
         os._exit(code)
     os.waitpid(pid, 0)
-    while True:  # orphans re-parented to a subreaper zygote
+    if not orphans:
+        return
+    # Orphans re-parented to a subreaper zygote: all killed, each exits in a moment. This waits
+    # for them (at most 2 s: a process stuck in the kernel may take longer), so none is left.
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
         try:
             done, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             break
         if not done:
-            break
+            time.sleep(0.001)
 
 
 def _remove(path: str) -> None:

@@ -236,25 +236,41 @@ def _start_child(request: dict, conn: Connection, state: _State, prepared, fds) 
     return pid
 
 
-def _read_result(read_fd: int, deadline: float) -> tuple[list[bytes], str | None]:
+def _read_result(read_fd: int, deadline: float, pid: int):
+    """The child's reply, until the pipe closes, or the child has exited and the pipe is drained
+    (a grandchild may hold the pipe open). Returns (chunks, status, wait status or None)."""
     chunks: list[bytes] = []
     size = 0
+    exited = None
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            return chunks, "timeout"
-        ready, _, _ = select.select([read_fd], [], [], min(left, 1.0))
-        if ready:
-            chunk = os.read(read_fd, 1 << 20)
-            if not chunk:
-                return chunks, None
-            size += len(chunk)
-            if size > _MAX_PAYLOAD:
-                return chunks, "too_large"
-            chunks.append(chunk)
+            return chunks, "timeout", None
+        ready, _, _ = select.select([read_fd], [], [], 0 if exited else min(left, 0.25))
+        if not ready:
+            if exited is not None:
+                return chunks, None, exited
+            done, raw = os.waitpid(pid, os.WNOHANG)
+            if done:
+                exited = raw
+            continue
+        chunk = os.read(read_fd, 1 << 20)
+        if not chunk:
+            return chunks, None, exited
+        size += len(chunk)
+        if size > _MAX_PAYLOAD:
+            return chunks, "too_large", exited
+        chunks.append(chunk)
 
 
-def _wait_child(pid: int, status: str | None, deadline: float) -> tuple[str | None, int]:
+def _wait_child(pid: int, status: str | None, deadline: float,
+                raw: int | None) -> tuple[str | None, int]:
+    if raw is not None:  # already reaped while reading
+        try:  # grandchildren a submission left behind die with its session
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        return status, raw
     raw = 0
     if status is None:
         # The pipe closed: the child is exiting (or closed the pipe and kept running).
@@ -292,11 +308,11 @@ def _serve(request: dict, conn: Connection, state: _State) -> dict:
     pid = _start_child(request, conn, state, prepared, (read_fd, write_fd, out_fd))
     os.close(write_fd)
     os.close(out_fd)
-    chunks, status = _read_result(read_fd, deadline)
+    chunks, status, raw = _read_result(read_fd, deadline, pid)
     os.close(read_fd)
-    status, raw = _wait_child(pid, status, deadline)
+    status, raw = _wait_child(pid, status, deadline, raw)
     if state.plan is not None:  # every process of the uid (a setsid grandchild too), its files
-        sandbox.reap(state.plan["uid"])
+        sandbox.reap(state.plan["uid"], orphans=True)
         sandbox.clean(state.plan)
     if os.WIFSIGNALED(raw):
         exit_status, code = "signaled", os.WTERMSIG(raw)
