@@ -86,18 +86,21 @@ def _libc():
 # -- the judge side: which files, which uid ---------------------------------------------------
 def judge_only_paths(lab_dir: Path | None, lab: int | None) -> list[Path]:
     """What a child must not read: the package's truth, mistakes and chips (and, below lab 10,
-    the module with lab 10's kernels), the lab's tests; in the kit also every lab's tests, the
-    kit's own tests (the mutant library) and its .git; and every path in $MSDA_JUDGE_ONLY."""
+    the module with lab 10's kernels), the lab's tests; in the kit (the package's or the lab's)
+    also every lab's tests, the kit's own tests (the mutant library) and its git folders; the
+    seed file; and every path in $MSDA_JUDGE_ONLY."""
     import msda_labs
 
     package = Path(msda_labs.__file__).resolve().parent
     paths = [package / "truth", package / "mistakes", package / "chips"]
     if lab is None or lab < 10:
         paths += [package / "student" / name for name in _ANSWER_MODULES]
+    roots = [package.parent.parent]  # the kit (or an exported lab) this package belongs to
     if lab_dir is not None:
         lab_dir = Path(lab_dir).resolve()
         paths.append(lab_dir / "tests")
-        root = lab_dir.parent
+        roots.append(lab_dir.parent)
+    for root in dict.fromkeys(roots):
         if (root / "classroom.yml").is_file() and (root / "shared" / "msda_labs").is_dir():
             paths += sorted(root.glob("lab-*/tests")) + [root / "tests", *_git_dirs(root)]
     extra = os.environ.get(JUDGE_ONLY_ENV, "").split(os.pathsep)
