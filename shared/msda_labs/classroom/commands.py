@@ -1,7 +1,8 @@
 """The classroom subcommands of ``python -m msda_labs``: export, regrade, report, insight.
 
     python -m msda_labs export LAB|all --out DIR [--git] [--force] [--reporter-action A@SHA]
-    python -m msda_labs export LAB --gradescope OUT.zip        Gradescope autograder zip
+    python -m msda_labs export LAB --gradescope OUT.zip [--gradescope-seed-file F]
+                         Gradescope autograder zip (with the secret seed: hidden cases)
     python -m msda_labs export LAB --classroom50 REPO --classroom NAME [--assignment A]
                          Classroom 50 autograder: REPO/NAME/autograders/A/autograder.py
     python -m msda_labs regrade PATH [--lab LAB] [--seed-file F] [--json OUT] [--gpu]
@@ -40,7 +41,8 @@ def _cmd_export(ns) -> int:
         for line in write_exports(ns.labs, out=ns.out, gradescope=ns.gradescope,
                                   classroom50=ns.classroom50, classroom=ns.classroom,
                                   assignment=ns.assignment, reporter_action=ns.reporter_action,
-                                  git=ns.git, force=ns.force):
+                                  git=ns.git, force=ns.force,
+                                  seed_file=ns.gradescope_seed_file):
             print(line)
     except ValueError as exc:  # e.g. a template placeholder left unfilled
         raise KitError(str(exc)) from None
@@ -165,6 +167,9 @@ def register(subparsers) -> None:
                         "reporter step")
     e.add_argument("--gradescope", metavar="PATH",
                    help="write the Gradescope autograder zip (PATH.zip for one lab, else a folder)")
+    e.add_argument("--gradescope-seed-file", metavar="PATH",
+                   help="put the secret seed read from PATH into the Gradescope zip (as "
+                        "msda_grade_seed, readable by root only): the graded cases are hidden")
     e.add_argument("--classroom50", metavar="REPO",
                    help="the root of your classroom50 repository checkout: writes "
                         "REPO/<classroom>/autograders/<assignment>/autograder.py")
