@@ -56,6 +56,10 @@ def whoami():
             "core": resource.getrlimit(resource.RLIMIT_CORE)[0],
             "interfaces": [name for _, name in socket.if_nameindex()]}
 
+def lazy_imports():
+    import fractions, secrets, wave  # stdlib modules nothing imported before
+    return [m.__name__ for m in (fractions, secrets, wave)]
+
 def leave_behind(marker):
     with open(os.path.join(os.environ["TMPDIR"], "mine"), "w") as fh:
         fh.write("x")
@@ -130,6 +134,9 @@ def test_the_child_is_another_user_with_limits(separated):
     assert me["ids"] == [uid] * 6 and me["groups"] == []
     assert me["nnp"] == "1" and me["core"] == 0 and 0 < me["fsize"] <= 1 << 30
     assert me["cwd"] == me["home"] == me["tmp"]
+    # it still imports what nobody imported before it (the interpreter's folders are reachable,
+    # through the worker's mount namespace where one of them is closed to other users)
+    assert _run(separated, "lazy_imports") == ["fractions", "secrets", "wave"]
 
 
 @needs_root

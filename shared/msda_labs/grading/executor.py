@@ -190,6 +190,7 @@ class Executor:
         self.default_timeout = default_timeout
         self._zygotes: dict[str, _Zygote] = {}
         self._sandbox: sandbox.Sandbox | None = None
+        self._required = False
         self.separation: dict | None = None  # decided when the first worker starts
 
     def _separate(self) -> None:
@@ -200,6 +201,7 @@ class Executor:
             wanted = sandbox.policy()
         except sandbox.SandboxError as exc:
             raise InfrastructureError(str(exc)) from None
+        self._required = wanted == "required"
         if wanted == "off":
             self.separation = {"separated": False, "why": f"{sandbox.SEPARATE_ENV}=0"}
             return
@@ -248,6 +250,16 @@ class Executor:
         self.start(mode)
         zyg = self._zygotes[mode]
         zyg.wait_ready()
+        missing = zyg.info.get("unreachable") if self._sandbox is not None else None
+        if missing:
+            why = (f"a child of uid {self._sandbox.uid} cannot read what it imports from: "
+                   f"{', '.join(missing[:3])}")
+            self._stop_all()
+            if self._required:
+                raise InfrastructureError(f"separation is not possible here: {why}. "
+                                          f"{sandbox.SEPARATE_ENV}=1 requires it")
+            self.separation = {"separated": False, "why": why}
+            return self._ready(mode)  # the same worker, unseparated
         if self._sandbox is not None and "netns" not in self.separation:
             network = zyg.info.get("network", "")
             self.separation["netns"] = not network
@@ -318,6 +330,15 @@ class Executor:
         return Outcome(payload["kind"], value=payload.get("value"),
                        message=_one_line(str(payload.get("message", ""))), output=output,
                        duration=duration, extra={"type": payload.get("type", "")})
+
+    def _stop_all(self) -> None:
+        """Stop every worker and give the sandbox back (separation turned off)."""
+        for zyg in self._zygotes.values():
+            zyg.kill()
+        self._zygotes.clear()
+        if self._sandbox is not None:
+            self._sandbox.close()
+            self._sandbox = None
 
     def close(self) -> None:
         for zyg in self._zygotes.values():

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.abc
 import importlib.util
 import io
 import json
-import linecache
 import os
 import pickle
 import select
@@ -31,7 +29,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from msda_labs.grading import childguard, sandbox
+from msda_labs.grading import childguard, reach, sandbox
+from msda_labs.grading.loader import import_submission
 
 _MAX_PAYLOAD = 1 << 30  # a result larger than 1 GiB is not a plausible answer
 _OUTPUT_TAIL = 4000
@@ -121,35 +120,6 @@ def _failure_payload(exc: BaseException, submission: str) -> dict:
             "message": f"{type(exc).__name__}: {first[:500]}{_where(exc, submission)}"}
 
 
-class _SourceLoader(importlib.abc.SourceLoader):
-    """Loads the submission from bytes the zygote read: a separated child may not be able to
-    read the file itself. ``inspect.getsource`` (which ``triton.jit`` uses) gets the same text."""
-
-    def __init__(self, path: str, data: bytes):
-        self.path, self.data = path, data
-
-    def get_filename(self, fullname: str) -> str:
-        return self.path
-
-    def get_data(self, path: str) -> bytes:
-        if path != self.path:
-            raise OSError(f"{path} is not the submission")
-        return self.data
-
-
-def _import_submission(path: str, data: bytes | None):
-    if data is None:
-        raise ImportError(f"cannot read {path}")
-    name = Path(path).stem
-    text = data.decode("utf-8", "replace")
-    linecache.cache[path] = (len(data), None, text.splitlines(keepends=True), path)
-    spec = importlib.util.spec_from_file_location(name, path, loader=_SourceLoader(path, data))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def _child(request: dict, write_fd: int, probe, data: bytes | None) -> None:
     """Runs in the forked child: never returns."""
     payload: dict
@@ -159,7 +129,7 @@ def _child(request: dict, write_fd: int, probe, data: bytes | None) -> None:
         if folder not in sys.path:
             sys.path.insert(0, folder)
         args, kwargs = pickle.loads(request["args"])
-        module = _import_submission(request["submission"], data)
+        module = import_submission(request["submission"], data)
         value = probe(module, *args, **kwargs)
         payload = {"kind": "ok", "value": _sanitize(value)}
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a verdict
@@ -362,6 +332,18 @@ def _warm(args, state: _State) -> str:
     return network
 
 
+def _check_reach(state: _State) -> list[str]:
+    """Separated: what a child must import from, made passable and checked (grading.reach)."""
+    if state.plan is None:
+        return []
+    import msda_labs.student  # noqa: F401 - its folder is one the child must reach
+
+    folders = reach.needed_folders()
+    problem = reach.expose(folders)
+    missing = reach.unreachable(state.plan, folders)
+    return missing + ([f"({problem})"] if problem and missing else [])
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--fd", type=int, required=True)
@@ -381,10 +363,12 @@ def main(argv=None) -> int:
         os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     try:
         network = _warm(args, state)
+        unreachable = _check_reach(state)
     except BaseException as exc:  # noqa: BLE001
         conn.send(("failed", f"{exc}"))
         return 1
-    conn.send(("ready", {"pid": os.getpid(), "mode": args.mode, "network": network}))
+    conn.send(("ready", {"pid": os.getpid(), "mode": args.mode, "network": network,
+                         "unreachable": unreachable}))
     while True:
         try:
             kind, request = conn.recv()
