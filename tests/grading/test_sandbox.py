@@ -132,7 +132,7 @@ def test_the_child_is_another_user_with_limits(separated):
     uid = separated.separation["uid"]
     assert separated.separation["separated"] is True and uid >= sandbox.UID_BASE
     assert me["ids"] == [uid] * 6 and me["groups"] == []
-    assert me["nnp"] == "1" and me["core"] == 0 and 0 < me["fsize"] <= 1 << 30
+    assert me["nnp"] == "1" and me["core"] == 0 and 0 < me["fsize"] <= 64 << 30
     assert me["cwd"] == me["home"] == me["tmp"]
     # it still imports what nobody imported before it (the interpreter's folders are reachable,
     # through the worker's mount namespace where one of them is closed to other users)

@@ -8,8 +8,8 @@ before it imports the submission (:func:`drop`):
   One :class:`Sandbox` (one executor) holds its slot with a lock file, so concurrent executors
   (pytest-xdist workers, several regrades) never share a uid. No passwd entry is needed;
 * no_new_privs is set, so no set-user-ID program can hand root back;
-* resource limits: file size, number of processes, the data segment outside the GPU mode (CUDA
-  reserves large virtual ranges), no core files;
+* resource limits: file size (64 GiB: a sparse file counts its length), number of processes, the data
+  segment outside the GPU mode (CUDA reserves large virtual ranges), no core files;
 * its cwd, HOME and TMPDIR are a scratch folder of its own; TRITON_CACHE_DIR lies beside it and is
   kept for the executor's life;
 * the zygote it was forked from has moved to a network namespace of its own, where the only
@@ -55,7 +55,10 @@ _SLOTS = 1000
 _CLONE_NEWNET = 0x40000000  # linux/sched.h
 _PR_SET_NO_NEW_PRIVS = 38  # linux/prctl.h
 _PR_SET_CHILD_SUBREAPER = 36
-_FILE_LIMIT = 512 << 20  # the largest file a child may write
+# The largest file a child may write. The int64-offset cases (grading.bigcase) map a sparse
+# file of about 26 GB, and the limit counts a sparse file's length, so it cannot be small; what
+# a child writes is removed after each request (clean) and bounded by its time limit.
+_FILE_LIMIT = 64 << 30
 _DATA_HEADROOM = 4 << 30  # data segment a CPU child may add to what the zygote holds
 _TMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 _ANSWER_MODULES = ("shipped.py", "shipped_kernels.py")  # lab 10's kernels (answers to 05-08)
