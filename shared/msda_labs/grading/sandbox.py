@@ -8,8 +8,8 @@ before it imports the submission (:func:`drop`):
   One :class:`Sandbox` (one executor) holds its slot with a lock file, so concurrent executors
   (pytest-xdist workers, several regrades) never share a uid. No passwd entry is needed;
 * no_new_privs is set, so no set-user-ID program can hand root back;
-* resource limits: file size (64 GiB: a sparse file counts its length), number of processes, the data
-  segment outside the GPU mode (CUDA reserves large virtual ranges), no core files;
+* resource limits: file size (64 GiB: a sparse file counts its length), number of processes,
+  the data segment outside the GPU mode (CUDA reserves large virtual ranges), no core files;
 * its cwd, HOME and TMPDIR are a scratch folder of its own; TRITON_CACHE_DIR lies beside it and is
   kept for the executor's life;
 * the zygote it was forked from has moved to a network namespace of its own, where the only
