@@ -17,6 +17,7 @@ import json
 import os
 import stat
 import sys
+import sysconfig
 from pathlib import Path
 
 __all__ = ["needed_folders", "expose", "unreachable"]
@@ -27,10 +28,16 @@ _MS_NOSUID, _MS_NODEV = 0x2, 0x4
 
 
 def needed_folders() -> list[str]:
-    """The folders a child imports from: sys.path, the interpreter's prefixes, and the folders
-    of the packages the zygote has imported (torch, triton, msda_labs.student)."""
-    found = [*sys.path, sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(
-        sys.executable)), os.path.dirname(os.__file__)]
+    """The folders a child imports from: the interpreter's library folders (the standard library,
+    its extension modules, site-packages) and the folders of the packages the zygote imported
+    (torch, triton, msda_labs.student). Not every sys.path entry: the lab's tests folder is on
+    it, and a child must not read that."""
+    paths = sysconfig.get_paths()
+    found = [paths.get(key, "") for key in ("stdlib", "platstdlib", "purelib", "platlib")]
+    found += [os.path.dirname(os.__file__), os.path.dirname(os.path.realpath(sys.executable))]
+    dynload = sys.modules.get("_json") or sys.modules.get("_struct")
+    if dynload is not None and getattr(dynload, "__file__", None):
+        found.append(os.path.dirname(dynload.__file__))
     for name in ("torch", "triton", "msda_labs.student"):
         module = sys.modules.get(name)
         if module is not None and getattr(module, "__file__", None):
