@@ -266,3 +266,28 @@ def test_the_worker_refuses_the_labs_own_chip(tmp_path, monkeypatch):
     with Executor(tmp_path / "lab01.py", lab=1, preload_modules=["msda_labs.chips.lab01"]) as ex, \
             pytest.raises(InfrastructureError, match="msda_labs.chips.lab01"):
         ex.run(("msda_labs.grading.submission", "", "imported_probe"))
+
+
+# -- the report's line ---------------------------------------------------------------------------
+def _session(separation):
+    from types import SimpleNamespace
+
+    from msda_labs.grading.plugin import GradingSession
+
+    gs = GradingSession.__new__(GradingSession)
+    gs.lab, gs.title, gs.submission = "lab99", "", None
+    gs.tasks, gs.order, gs.records, gs.notes = {}, [], {}, []
+    gs._executor = SimpleNamespace(separation=separation)
+    return gs
+
+
+def test_an_unseparated_grade_says_it_is_feedback_only():
+    from msda_labs.grading.results import GradeResult
+
+    laptop = _session({"separated": False, "why": "the grader does not run as root"}).result()
+    assert laptop.notes == [sandbox.FEEDBACK_ONLY] and not laptop.separation["separated"]
+    graded = _session({"separated": True, "uid": 64001, "netns": True}).result()
+    assert graded.notes == [] and graded.separation["uid"] == 64001
+    again = GradeResult.from_dict(graded.to_dict())
+    assert again.separation == {"separated": True, "uid": 64001, "netns": True}
+    assert graded.merge(laptop).separation["separated"] is False  # the weaker stage counts

@@ -179,6 +179,9 @@ class Sandbox:
                 continue
             reap(uid)  # what an executor that died holding this slot left behind
             clean_tmp(uid)
+            for stale in Path(tempfile.gettempdir()).glob(f"msda-sandbox-{slot}-*"):
+                if stale.is_dir() and not stale.is_symlink() and stale.stat().st_uid == 0:
+                    shutil.rmtree(stale, ignore_errors=True)
             base = Path(tempfile.mkdtemp(prefix=f"msda-sandbox-{slot}-"))
             os.chmod(base, 0o711)  # the child may enter it, not list it
             box = cls(slot, fd, base)
