@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from msda_labs.grading import sandbox
+from msda_labs.grading.kernelcache import KernelCache
 
 __all__ = [
     "Executor",
@@ -190,6 +191,7 @@ class Executor:
         self.default_timeout = default_timeout
         self._zygotes: dict[str, _Zygote] = {}
         self._sandbox: sandbox.Sandbox | None = None
+        self._kernels: KernelCache | None = None  # the submission's Triton cache, separated
         self._required = False
         self.separation: dict | None = None  # decided when the first worker starts
 
@@ -233,6 +235,7 @@ class Executor:
             self._sandbox = None if error else box
             return
         self._sandbox = box
+        self._kernels = KernelCache.claim(self.submission, box.uid)
         self.separation = {"separated": True, "uid": box.uid, "hidden": [str(p) for p in paths]}
 
     def start(self, mode: str) -> None:
@@ -242,7 +245,8 @@ class Executor:
         self._separate()
         zyg = self._zygotes.get(mode)
         if zyg is None or not zyg.alive():
-            plan = self._sandbox.plan(gpu=mode == "gpu") if self._sandbox else None
+            plan = self._sandbox.plan(gpu=mode == "gpu", triton=self._kernels and
+                                      self._kernels.folder) if self._sandbox else None
             self._zygotes[mode] = _Zygote(mode, self.env, preload=self.preload,
                                           modules=self.preload_modules, lab=self.lab, plan=plan)
 
@@ -336,9 +340,15 @@ class Executor:
         for zyg in self._zygotes.values():
             zyg.kill()
         self._zygotes.clear()
+        self._give_back()
+
+    def _give_back(self) -> None:
         if self._sandbox is not None:
             self._sandbox.close()
             self._sandbox = None
+        if self._kernels is not None:
+            self._kernels.release()
+            self._kernels = None
 
     def close(self) -> None:
         for zyg in self._zygotes.values():
@@ -348,9 +358,7 @@ class Executor:
                 pass
             zyg.kill()
         self._zygotes.clear()
-        if self._sandbox is not None:
-            self._sandbox.close()
-            self._sandbox = None
+        self._give_back()
 
     def __enter__(self):
         return self

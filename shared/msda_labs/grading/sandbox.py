@@ -190,10 +190,11 @@ class Sandbox:
             return box
         raise SandboxError(f"no free uid among {UID_BASE}..{UID_BASE + _SLOTS - 1}")
 
-    def plan(self, gpu: bool = False) -> dict:
-        """What a zygote needs to drop a child into this sandbox (JSON-serializable)."""
+    def plan(self, gpu: bool = False, triton: Path | None = None) -> dict:
+        """What a zygote needs to drop a child into this sandbox (JSON-serializable); ``triton``:
+        a kernel cache folder the uid owns, instead of this sandbox's fresh one."""
         return {"uid": self.uid, "gid": self.gid, "run": str(self.run_dir),
-                "triton": str(self.triton), "gpu": gpu}
+                "triton": str(triton or self.triton), "gpu": gpu}
 
     def close(self) -> None:
         if self._lock_fd < 0:
