@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from msda_labs.grading import sandbox
+from msda_labs.grading import judgeonly, sandbox
 from msda_labs.grading.executor import Executor, InfrastructureError
 from msda_labs.grading.secret import case_salt, export_salt, read_secret
 
@@ -193,7 +193,7 @@ def test_the_worker_holds_no_seed_and_no_network(separated):
 @needs_root
 def test_required_separation_fails_loudly_when_files_stay_readable(tmp_path, monkeypatch):
     monkeypatch.setenv(sandbox.SEPARATE_ENV, "1")
-    monkeypatch.setattr(sandbox, "hide", lambda paths: None)  # as if chmod had no effect
+    monkeypatch.setattr(judgeonly, "hide", lambda paths: None)  # as if chmod had no effect
     public = Path(tempfile.mkdtemp(prefix="msda-judge-test-"))
     try:
         public.chmod(0o755)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from msda_labs.errors import KitError
-from msda_labs.grading import integrity, sandbox
+from msda_labs.grading import integrity, judgeonly, sandbox
 from msda_labs.grading.results import GradeResult
 from msda_labs.grading.secret import SEED_ENV, SEED_FILE_ENV, read_secret
 
@@ -196,10 +196,10 @@ def regrade_checkout(checkout: Path, *, pristine: Path | None = None, lab_id: st
         work = scratch / "work"
         _copy_student(checkout, work)
         notes = restore(work, source, lab_id)
-        judge_only = [source, *sandbox.judge_only_paths(None, None)]
+        judge_only = [source, *judgeonly.judge_only_paths(None, None)]
         if _separating():
             _lock_down(scratch, work)
-            sandbox.hide([p for p in judge_only if p.exists()])
+            judgeonly.hide([p for p in judge_only if p.exists()])
         result = _grade_subprocess(work, lab_id, secret=secret, timeout=timeout,
                                    python=python or sys.executable, judge_only=judge_only)
         if gpu:

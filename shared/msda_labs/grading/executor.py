@@ -35,7 +35,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from msda_labs.grading import sandbox
+from msda_labs.grading import judgeonly, sandbox
 from msda_labs.grading.kernelcache import KernelCache
 
 __all__ = [
@@ -216,9 +216,9 @@ class Executor:
             return
         try:
             box = sandbox.Sandbox.open()
-            paths = sandbox.judge_only_paths(self.lab_dir, self.lab)
-            sandbox.hide(paths)
-            opened, error = sandbox.preflight(box.plan(), paths)
+            paths = judgeonly.judge_only_paths(self.lab_dir, self.lab)
+            judgeonly.hide(paths)
+            opened, error = judgeonly.preflight(box.plan(), paths)
         except (OSError, sandbox.SandboxError) as exc:
             raise InfrastructureError(f"could not set up separation: {exc}") from None
         if error or opened:

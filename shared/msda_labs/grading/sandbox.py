@@ -18,12 +18,12 @@ before it imports the submission (:func:`drop`):
 
 The judge-only files (the ground truth, the mistake catalogue, the chips, every lab's tests, the
 kit's own tests with the mutant library, the seed file, the regrade's work and output folders) lose
-their permissions for other users (:func:`hide`, ``chmod o-rwx``) before the first child runs, and a
-preflight process of the same uid must fail to open them (:func:`preflight`) before a result may say
-``separated``. After every request the zygote kills every process of the uid (:func:`reap`: a
-helper that becomes the uid and calls ``kill(-1, SIGKILL)``, so a grandchild that left the session
-dies too) and removes its scratch and whatever it left in /tmp, /var/tmp and /dev/shm
-(:func:`clean`).
+their permissions for other users (:mod:`msda_labs.grading.judgeonly`, ``chmod o-rwx``) before
+the first child runs, and a preflight process of the same uid must fail to open them before a
+result may say ``separated``. After every request the zygote kills every process of the uid
+(:func:`reap`: a helper that becomes the uid and calls ``kill(-1, SIGKILL)``, so a grandchild
+that left the session dies too) and removes its scratch and whatever it left in /tmp, /var/tmp
+and /dev/shm (:func:`clean`).
 
 ``MSDA_SEPARATE``: ``1`` requires separation (grading stops with an error where it is not in
 force), ``0`` turns it off, unset: on wherever the grader runs as root.
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
-import json
 import os
 import resource
 import shutil
@@ -45,8 +44,7 @@ import time
 from pathlib import Path
 
 __all__ = ["SEPARATE_ENV", "JUDGE_ONLY_ENV", "UID_BASE", "SandboxError", "Sandbox", "policy",
-           "judge_only_paths", "hide", "preflight", "drop", "reap", "clean", "isolate_network",
-           "FEEDBACK_ONLY"]
+           "drop", "reap", "clean", "isolate_network", "FEEDBACK_ONLY"]
 
 SEPARATE_ENV = "MSDA_SEPARATE"
 JUDGE_ONLY_ENV = "MSDA_JUDGE_ONLY"  # more judge-only paths, os.pathsep-separated
@@ -61,7 +59,6 @@ _PR_SET_CHILD_SUBREAPER = 36
 _FILE_LIMIT = 64 << 30
 _DATA_HEADROOM = 4 << 30  # data segment a CPU child may add to what the zygote holds
 _TMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
-_ANSWER_MODULES = ("shipped.py", "shipped_kernels.py")  # lab 10's kernels (answers to 05-08)
 
 FEEDBACK_ONLY = ("this grade is feedback only: the graded run (regrade, Gradescope) runs your code "
                  "as a separate user, with hidden cases")
@@ -86,71 +83,7 @@ def _libc():
     return ctypes.CDLL(None, use_errno=True)
 
 
-# -- the judge side: which files, which uid ---------------------------------------------------
-def judge_only_paths(lab_dir: Path | None, lab: int | None) -> list[Path]:
-    """What a child must not read: the package's truth, mistakes and chips (and, below lab 10,
-    the module with lab 10's kernels), the lab's tests; in the kit (the package's or the lab's)
-    also every lab's tests, the kit's own tests (the mutant library) and its git folders; the
-    seed file; and every path in $MSDA_JUDGE_ONLY."""
-    import msda_labs
-
-    package = Path(msda_labs.__file__).resolve().parent
-    paths = [package / "truth", package / "mistakes", package / "chips"]
-    if lab is None or lab < 10:
-        paths += [package / "student" / name for name in _ANSWER_MODULES]
-    roots = [package.parent.parent]  # the kit (or an exported lab) this package belongs to
-    if lab_dir is not None:
-        lab_dir = Path(lab_dir).resolve()
-        paths.append(lab_dir / "tests")
-        roots.append(lab_dir.parent)
-    for root in dict.fromkeys(roots):
-        if (root / "classroom.yml").is_file() and (root / "shared" / "msda_labs").is_dir():
-            paths += sorted(root.glob("lab-*/tests")) + [root / "tests", *_git_dirs(root)]
-    extra = os.environ.get(JUDGE_ONLY_ENV, "").split(os.pathsep)
-    paths += [Path(p) for p in [*extra, os.environ.get("MSDA_GRADE_SEED_FILE", "")] if p.strip()]
-    return [p for p in dict.fromkeys(paths) if p.exists()]
-
-
-def _git_dirs(root: Path) -> list[Path]:
-    """The kit's git folder (every file of every commit); for a worktree, the folder that its
-    ``.git`` file points to and the main repository's."""
-    dot = root / ".git"
-    if not dot.is_file():
-        return [dot]
-    text = dot.read_text().strip()
-    if not text.startswith("gitdir:"):
-        return []
-    gitdir = (root / text[len("gitdir:"):].strip()).resolve()
-    found = [gitdir]
-    common = gitdir / "commondir"
-    if common.is_file():
-        found.append((gitdir / common.read_text().strip()).resolve())
-    return found
-
-
-def hide(paths: list[Path]) -> None:
-    """``chmod o-rwx`` each path: other users (a child's uid) can neither list nor read it."""
-    for path in paths:
-        mode = os.lstat(path).st_mode
-        if not stat.S_ISLNK(mode) and mode & 0o007:
-            os.chmod(path, stat.S_IMODE(mode) & ~0o007)
-
-
-def _sample_files(paths: list[Path], per_dir: int = 3) -> list[str]:
-    """Each path, and a few files inside each folder: what the preflight tries to open."""
-    out = []
-    for path in paths:
-        out.append(str(path))
-        if path.is_dir():
-            found = 0
-            for sub in sorted(path.rglob("*.py")):
-                out.append(str(sub))
-                found += 1
-                if found == per_dir:
-                    break
-    return out
-
-
+# -- the judge side: which uid ----------------------------------------------------------------
 class Sandbox:
     """One executor's uid (a locked slot) and its scratch folders."""
 
@@ -231,42 +164,6 @@ def _has_passwd_entry(uid: int) -> bool:
 def _own_dir(path: Path, uid: int) -> None:
     path.mkdir(mode=0o700)
     os.chown(path, uid, uid)
-
-
-def preflight(plan: dict, paths: list[Path]) -> tuple[list[str], str]:
-    """Try, as the child's uid, to open each judge-only path (and a few files inside each
-    folder). Returns (what it could open, why the uid could not be taken: empty when it could)."""
-    targets = _sample_files(paths)
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the forked helper
-        try:
-            os.close(read_fd)
-            report: dict = {"opened": [], "error": ""}
-            try:
-                drop(plan)
-            except Exception as exc:  # noqa: BLE001
-                report["error"] = f"{type(exc).__name__}: {exc}"
-            else:
-                for target in targets:
-                    try:
-                        os.close(os.open(target, os.O_RDONLY))
-                        report["opened"].append(target)
-                    except OSError:
-                        pass
-            os.write(write_fd, json.dumps(report).encode())
-        finally:
-            os._exit(0)
-    os.close(write_fd)
-    with os.fdopen(read_fd, "rb") as fh:
-        raw = fh.read()
-    os.waitpid(pid, 0)
-    reap(plan["uid"])
-    try:
-        report = json.loads(raw)
-    except ValueError:
-        return [], "the preflight process returned nothing"
-    return report["opened"], report["error"]
 
 
 # -- the zygote's side: the network, dropping a child, cleaning up after it ------------------
