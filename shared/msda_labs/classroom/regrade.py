@@ -32,6 +32,7 @@ from pathlib import Path
 
 from msda_labs.errors import KitError
 from msda_labs.grading import integrity, judgeonly, sandbox
+from msda_labs.grading.executor import relay_safe
 from msda_labs.grading.results import GradeResult
 from msda_labs.grading.secret import SEED_ENV, SEED_FILE_ENV, read_secret
 
@@ -168,7 +169,7 @@ def _grade_subprocess(work: Path, lab_id: str, *, secret: str | None, timeout: f
     proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
     if proc.returncode != 0 or not out.is_file():
         raise RegradeError(f"grading {lab_id} failed (exit {proc.returncode}): "
-                           f"{(proc.stderr or proc.stdout).strip()[-1500:]}")
+                           f"{relay_safe((proc.stderr or proc.stdout).strip()[-1500:])}")
     return GradeResult.read_json(out)
 
 
