@@ -237,14 +237,23 @@ def regrade_checkout(checkout: Path, *, pristine: Path | None = None, lab_id: st
 
 
 def _gpu_stage(lab_id: str, work: Path, seed: str | None, timeout: float | None) -> GradeResult:
-    """The GPU stage through the GPU runner (local CUDA, else Modal), on the restored copy."""
+    """The GPU stage through the GPU runner (local CUDA, else Modal), on the restored copy; on
+    local CUDA as root, separation is required as for the CPU stages."""
     from msda_labs.gpu import runner
 
+    saved = os.environ.get(sandbox.SEPARATE_ENV)
+    if _separating():
+        os.environ[sandbox.SEPARATE_ENV] = "1"
     try:
         return runner.run_gpu_stage(lab_id, work, work / f"{lab_id}.py", timeout=timeout,
                                     seed=seed)
     except (KitError, runner.GpuUnavailable) as exc:
         raise RegradeError(f"the GPU stage of {lab_id} could not run: {exc}") from None
+    finally:
+        if saved is None:
+            os.environ.pop(sandbox.SEPARATE_ENV, None)
+        else:
+            os.environ[sandbox.SEPARATE_ENV] = saved
 
 
 @dataclass
