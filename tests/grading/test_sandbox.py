@@ -291,3 +291,21 @@ def test_an_unseparated_grade_says_it_is_feedback_only():
     again = GradeResult.from_dict(graded.to_dict())
     assert again.separation == {"separated": True, "uid": 64001, "netns": True}
     assert graded.merge(laptop).separation["separated"] is False  # the weaker stage counts
+
+
+def test_the_gradescope_zip_carries_the_seed_for_root_only(tmp_path):
+    import zipfile
+
+    from msda_labs.cli import main
+
+    seed = tmp_path / "seed"
+    seed.write_text("term-secret\n")
+    target = tmp_path / "gs.zip"
+    assert main(["export", "lab01", "--gradescope", str(target),
+                 "--gradescope-seed-file", str(seed)]) == 0
+    with zipfile.ZipFile(target) as zf:
+        info = zf.getinfo("msda_grade_seed")
+        assert (info.external_attr >> 16) & 0o777 == 0o600
+        assert zf.read(info).decode().strip() == "term-secret"
+        script = zf.read("gradescope_grade.py").decode()
+    assert 'setdefault("MSDA_SEPARATE", "1")' in script and "MSDA_GRADE_SEED_FILE" in script
