@@ -103,7 +103,7 @@ def _decode_payload(raw: bytes) -> Any:
 
 class _Zygote:
     def __init__(self, mode: str, env: dict[str, str], *, preload: list[str],
-                 modules: list[str], lab: int | None, plan: dict | None):
+                 modules: list[str], lab: int | None, plan: dict | None, submission: str = ""):
         self.mode = mode
         self.info: dict = {}
         parent_sock, child_sock = socket.socketpair()
@@ -122,7 +122,7 @@ class _Zygote:
         if lab is not None:
             cmd += ["--lab", str(lab)]
         if plan is not None:
-            cmd += ["--plan", json.dumps(plan)]
+            cmd += ["--plan", json.dumps(plan), "--submission", submission]
         for name in modules:
             cmd += ["--preload-module", name]
         for path in preload:
@@ -248,7 +248,8 @@ class Executor:
             plan = self._sandbox.plan(gpu=mode == "gpu", triton=self._kernels and
                                       self._kernels.folder) if self._sandbox else None
             self._zygotes[mode] = _Zygote(mode, self.env, preload=self.preload,
-                                          modules=self.preload_modules, lab=self.lab, plan=plan)
+                                          modules=self.preload_modules, lab=self.lab, plan=plan,
+                                          submission=str(self.submission))
 
     def _ready(self, mode: str) -> _Zygote:
         self.start(mode)

@@ -68,8 +68,10 @@ def _mount(source, target, fstype, flags, data) -> None:
 
 
 def expose(folders: list[str]) -> str:
-    """In the zygote, as root: make the closed folders on the way to ``folders`` passable in a
-    mount namespace of this process's own. Returns "" or why it could not."""
+    """In the zygote, as root: make the closed folders on the way to ``folders`` (and files)
+    passable in a mount namespace of this process's own. Everything else in a closed folder is
+    out of sight there, for the zygote too: pass the submission, which it reads per request.
+    Returns "" or why it could not."""
     closed: dict[str, set[str]] = {}
     for folder in folders:
         hit = _closed_ancestor(folder)
@@ -83,12 +85,16 @@ def expose(folders: list[str]) -> str:
     try:
         _mount("none", "/", None, _MS_REC | _MS_PRIVATE, None)
         for top, entries in sorted(closed.items(), key=lambda item: len(item[0])):
-            handles = {e: os.open(os.path.join(top, e), os.O_PATH | os.O_DIRECTORY)
-                       for e in sorted(entries) if os.path.isdir(os.path.join(top, e))}
+            handles = {e: os.open(os.path.join(top, e), os.O_PATH)
+                       for e in sorted(entries) if os.path.exists(os.path.join(top, e))}
+            kinds = {e: os.path.isdir(os.path.join(top, e)) for e in handles}
             _mount("tmpfs", top, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0711,size=16m")
             for entry, fd in handles.items():
                 target = os.path.join(top, entry)
-                os.mkdir(target, 0o755)
+                if kinds[entry]:
+                    os.mkdir(target, 0o755)
+                else:  # a file (the submission): bound onto an empty file
+                    os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
                 _mount(f"/proc/self/fd/{fd}", target, None, _MS_BIND | _MS_REC, None)
                 os.close(fd)
     except OSError as exc:

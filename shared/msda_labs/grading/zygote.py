@@ -159,6 +159,7 @@ class _State:
 
     lab: int | None = None
     plan: dict | None = None  # sandbox.Sandbox.plan(): the uid a child becomes; None: not separated
+    submission: str = ""  # the file every request imports (kept in sight of the zygote)
     witness: childguard.ImportWitness | None = None
 
 
@@ -339,7 +340,7 @@ def _check_reach(state: _State) -> list[str]:
     import msda_labs.student  # noqa: F401 - its folder is one the child must reach
 
     folders = reach.needed_folders()
-    problem = reach.expose(folders)
+    problem = reach.expose(folders + ([state.submission] if state.submission else []))
     missing = reach.unreachable(state.plan, folders)
     return missing + ([f"({problem})"] if problem and missing else [])
 
@@ -352,10 +353,11 @@ def main(argv=None) -> int:
     parser.add_argument("--preload-module", action="append", default=[])
     parser.add_argument("--lab", type=int, default=None)
     parser.add_argument("--plan", default="", help="JSON: the sandbox a child drops into")
+    parser.add_argument("--submission", default="")
     args = parser.parse_args(argv)
     conn = Connection(args.fd)
     state = _State(lab=args.lab, plan=json.loads(args.plan) if args.plan else None,
-                   witness=childguard.ImportWitness(args.lab))
+                   witness=childguard.ImportWitness(args.lab), submission=args.submission)
     sys.meta_path.insert(0, state.witness)
     if args.mode == "gpu":
         # Ask NVML, not the CUDA runtime: a zygote that initialized CUDA could not fork children
