@@ -137,8 +137,9 @@ def _separating() -> bool:
 
 def _lock_down(scratch: Path, work: Path) -> None:
     """Children may pass through the scratch and work folders to the package they import, and no
-    further: the student's files (the zygote reads the module for them) and everything else of
-    this regrade are closed to other users."""
+    further: the student's files and everything else of this regrade are closed to other users
+    (the grading process then opens the student's files to its child's group alone:
+    ``$MSDA_PRIVATE_FOLDER``, :func:`msda_labs.grading.sandbox.share_with`)."""
     scratch.chmod(0o711)
     work.chmod(0o711)
     for entry in work.iterdir():
@@ -160,6 +161,7 @@ def _grade_subprocess(work: Path, lab_id: str, *, secret: str | None, timeout: f
         env[SEED_ENV] = secret
     if _separating():
         env[sandbox.SEPARATE_ENV] = "1"
+        env[sandbox.PRIVATE_FOLDER_ENV] = str(work)  # the student's files: for their uid only
         env[sandbox.JUDGE_ONLY_ENV] = os.pathsep.join(
             [str(p) for p in judge_only] + [str(out_dir)]
             + [p for p in os.environ.get(sandbox.JUDGE_ONLY_ENV, "").split(os.pathsep) if p])

@@ -235,6 +235,9 @@ class Executor:
             self._sandbox = None if error else box
             return
         self._sandbox = box
+        private = os.environ.get(sandbox.PRIVATE_FOLDER_ENV, "")
+        if private and Path(private).resolve() == self.submission.parent:
+            sandbox.share_with(self.submission.parent, box.gid)
         self._kernels = KernelCache.claim(self.submission, box.uid)
         self.separation = {"separated": True, "uid": box.uid, "hidden": [str(p) for p in paths]}
 

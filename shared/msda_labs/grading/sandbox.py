@@ -43,11 +43,13 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["SEPARATE_ENV", "JUDGE_ONLY_ENV", "UID_BASE", "SandboxError", "Sandbox", "policy",
-           "drop", "reap", "clean", "isolate_network", "FEEDBACK_ONLY"]
+__all__ = ["SEPARATE_ENV", "JUDGE_ONLY_ENV", "PRIVATE_FOLDER_ENV", "UID_BASE", "SandboxError",
+           "Sandbox", "policy", "share_with", "drop", "reap", "clean", "isolate_network",
+           "FEEDBACK_ONLY"]
 
 SEPARATE_ENV = "MSDA_SEPARATE"
 JUDGE_ONLY_ENV = "MSDA_JUDGE_ONLY"  # more judge-only paths, os.pathsep-separated
+PRIVATE_FOLDER_ENV = "MSDA_PRIVATE_FOLDER"  # a regrade's copy of one checkout (see share_with)
 UID_BASE = 64000
 _SLOTS = 1000
 _CLONE_NEWNET = 0x40000000  # linux/sched.h
@@ -137,6 +139,28 @@ class Sandbox:
         shutil.rmtree(self.base, ignore_errors=True)
         os.close(self._lock_fd)
         self._lock_fd = -1
+
+
+def share_with(folder: Path, gid: int, keep_out: tuple[str, ...] = ("shared", "tests")) -> None:
+    """Let group ``gid`` (one child's) read the student's files in ``folder``, a regrade's private
+    copy of one checkout (``$MSDA_PRIVATE_FOLDER``), so that a module of theirs beside labNN.py
+    imports; other users keep no access. ``keep_out``: the grading files, never shared."""
+    os.chown(folder, -1, gid)
+    os.chmod(folder, 0o751)
+    for entry in os.scandir(folder):
+        if entry.name in keep_out or entry.is_symlink():
+            continue
+        paths = [entry.path]
+        if entry.is_dir(follow_symlinks=False):
+            for sub, dirs, files in os.walk(entry.path):
+                paths += [os.path.join(sub, n) for n in dirs + files]
+        for path in paths:
+            info = os.lstat(path)
+            if stat.S_ISLNK(info.st_mode):
+                continue
+            os.chown(path, -1, gid)
+            os.chmod(path, stat.S_IMODE(info.st_mode) & ~0o077 | 0o040
+                     | (0o010 if stat.S_ISDIR(info.st_mode) else 0))
 
 
 def _lock_dir() -> Path:
