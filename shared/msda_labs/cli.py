@@ -27,6 +27,8 @@ def _cmd_grade(ns) -> int:
 
     if ns.solution and ns.submission:
         raise KitError("give either --submission FILE or --solution, not both")
+    if ns.seed_file:  # read where the salt is made (msda_labs.grading.secret), GPU stage included
+        os.environ["MSDA_GRADE_SEED_FILE"] = str(Path(ns.seed_file).resolve())
     request = GradeRequest(lab=ns.lab, submission=ns.submission, solution=ns.solution,
                            stage=ns.stage, tasks=tuple(ns.task or ()), timeout=ns.timeout,
                            seed=ns.seed)
@@ -128,7 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cpu (default): every test that needs no GPU; gpu: the GPU stage")
     g.add_argument("--task", action="append", metavar="ID", help="grade only task ID (e.g. 1.2)")
     g.add_argument("--timeout", type=float, help="seconds one test's code may run")
-    g.add_argument("--seed", type=int, help="secret seed offset for the random cases")
+    g.add_argument("--seed", type=int,
+                   help="secret seed for the random cases (visible in the process list: "
+                        "prefer --seed-file or $MSDA_GRADE_SEED)")
+    g.add_argument("--seed-file", metavar="PATH", help="read the secret seed from PATH")
     g.set_defaults(func=_cmd_grade)
     s = sub.add_parser("sync", help="regenerate starters (from chips) and handout task tables")
     s.add_argument("labs", nargs="*", help="lab ids (default: every built lab)")

@@ -69,7 +69,7 @@ def test_gpu_stage_is_merged_into_the_cpu_result(exports, checkout, monkeypatch)
     monkeypatch.setattr(regrade, "_grade_subprocess", lambda *a, **k: cpu)
     monkeypatch.setattr(runner, "run_gpu_stage", fake_gpu)
     result = regrade.regrade_checkout(checkout, pristine=exports[LAB], gpu=True, seed=5)
-    assert seen == {"lab_id": LAB, "tests": True, "name": f"{LAB}.py", "seed": 5}
+    assert seen == {"lab_id": LAB, "tests": True, "name": f"{LAB}.py", "seed": "5"}
     assert result.stages == ["cpu", "gpu"]
     assert (result.score, result.max_score) == (2, 5)
     assert any("secret seed" in n for n in result.notes)

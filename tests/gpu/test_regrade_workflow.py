@@ -91,8 +91,15 @@ def test_each_secret_reaches_only_the_steps_that_need_it():
         assert step["uses"].startswith("actions/checkout@")
         assert step["with"]["repository"] == "${{ matrix.repository }}"
         assert step["with"]["ref"] == "${{ matrix.ref }}"
-    seed = _secret_steps("REGRADE_SEED")
-    assert all("env" in s and '"${seed[@]}"' in s["run"] for _, s in seed) and len(seed) == 2
+    seed = _secret_steps("MSDA_GRADE_SEED")
+    assert [job for job, _ in seed] == ["regrade", "gpu"]
+    for _, step in seed:  # in the environment only: a command line is readable by every user
+        assert step["env"]["MSDA_GRADE_SEED"] == \
+            "${{ secrets.MSDA_GRADE_SEED || secrets.REGRADE_SEED }}"
+        assert "--seed" not in step["run"] and "SEED" not in step["run"]
+    regrade = seed[0][1]  # student code runs there: as another uid, under a root grader
+    assert regrade["env"]["MSDA_SEPARATE"] == "1" and "sudo --preserve-env" in regrade["run"]
+    assert "mkdir -p -m 0700 ../out" in regrade["run"]
     jobs = _workflow()["jobs"]
     for name in ("regrade", "gpu"):
         assert jobs[name]["environment"] == "msda-regrade"

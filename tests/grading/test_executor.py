@@ -102,7 +102,11 @@ def test_killing_the_worker_is_survived(make_sub):
     with make_sub("import os, signal\n"
                   "def kill_parent(): os.kill(os.getppid(), signal.SIGKILL)\n"
                   "def ok(): return 5\n") as ex:
-        assert ex.run(_value, "kill_parent").kind == "crashed"
+        out = ex.run(_value, "kill_parent")
+        if ex.separation["separated"]:  # a child of another uid may not signal the worker
+            assert out.kind == "error" and "PermissionError" in out.message
+        else:  # the worker died and was restarted; this request counts as crashed
+            assert out.kind == "crashed"
         assert ex.run(_value, "ok").value == 5
 
 
@@ -115,8 +119,34 @@ def test_stdout_is_captured_not_trusted(make_sub):
 def test_credentials_do_not_reach_student_code(make_sub, monkeypatch):
     monkeypatch.setenv("MODAL_TOKEN_SECRET", "as-very-secret")
     monkeypatch.setenv("GITHUB_TOKEN", "ghs_secret")
+    monkeypatch.setenv("MSDA_GRADE_SEED", "the-instructors-secret")
+    monkeypatch.setenv("MSDA_GRADE_SEED_FILE", "/somewhere/seed")
+    monkeypatch.setenv("MSDA_CASE_SALT", "12345")
     monkeypatch.setenv("MSDA_HARMLESS", "visible")
     with make_sub("import os\ndef f(): return dict(os.environ)\n") as ex:
         env = ex.run(_value, "f").value
     assert "MODAL_TOKEN_SECRET" not in env and "GITHUB_TOKEN" not in env
+    assert "MSDA_GRADE_SEED" not in env and "MSDA_GRADE_SEED_FILE" not in env
+    assert env.get("MSDA_CASE_SALT") == "12345"  # the salt is for the child; the seed is not
     assert env.get("MSDA_HARMLESS") == "visible"
+
+
+def test_printed_workflow_commands_are_defused(make_sub):
+    with make_sub("import sys\n"
+                  "def f():\n"
+                  "    print('::error file=lab99.py::forged')\n"
+                  "    print('  ::set-output name=score::99\\r::notice::x')\n"
+                  "    print('text ##[error]forged')\n"
+                  "    return 0\n"
+                  "def g(): raise ValueError('first\\n::error::forged')\n"
+                  "def h():\n"
+                  "    print('::error::last words')\n"
+                  "    sys.stdout.flush()\n"
+                  "    import os; os._exit(3)\n") as ex:
+        out = ex.run(_value, "f")
+        err = ex.run(_value, "g")
+        crash = ex.run(_value, "h")
+    lines = out.output.splitlines() + err.message.splitlines() + crash.message.splitlines()
+    assert lines and not [line for line in lines if line.lstrip().startswith("::")]
+    assert "##[" not in out.output and "forged" in out.output
+    assert "\n" not in err.message and "last words" in crash.message

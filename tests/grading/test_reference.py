@@ -25,9 +25,12 @@ def test_knots_are_exact_grid_points():
 
 
 def test_inputs_are_seeded_and_the_case_salt_changes_them(monkeypatch):
+    monkeypatch.delenv("MSDA_CASE_SALT", raising=False)
     a = make_inputs(STANDARD_CASES[0]).value
     assert torch.equal(a, make_inputs(STANDARD_CASES[0]).value)
-    monkeypatch.setenv("MSDA_CASE_SALT", "17")
+    monkeypatch.setenv("MSDA_GRADE_SEED", "17")  # the secret alone changes nothing: the salt does
+    assert torch.equal(a, make_inputs(STANDARD_CASES[0]).value)
+    monkeypatch.setenv("MSDA_CASE_SALT", str((1 << 63) - 5))  # any int63, without overflow
     assert not torch.equal(a, make_inputs(STANDARD_CASES[0]).value)
 
 

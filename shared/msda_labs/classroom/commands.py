@@ -1,10 +1,11 @@
 """The classroom subcommands of ``python -m msda_labs``: export, regrade, report, insight, progress.
 
     python -m msda_labs export LAB|all --out DIR [--git] [--force] [--reporter-action A@SHA]
-    python -m msda_labs export LAB --gradescope OUT.zip        Gradescope autograder zip
+    python -m msda_labs export LAB --gradescope OUT.zip [--gradescope-seed-file F]
+                         Gradescope autograder zip (with the secret seed: hidden cases)
     python -m msda_labs export LAB --classroom50 REPO --classroom NAME [--assignment A]
                          Classroom 50 autograder: REPO/NAME/autograders/A/autograder.py
-    python -m msda_labs regrade PATH [--lab LAB] [--seed N] [--json OUT] [--gpu]
+    python -m msda_labs regrade PATH [--lab LAB] [--seed-file F] [--json OUT] [--gpu]
     python -m msda_labs regrade FOLDER --gradebook gradebook.csv [--prefix PREFIX]
                          (and insight.html beside it: `insight` below; --no-insight: not)
     python -m msda_labs report grade.json --format FORMAT [--out FILE] [--github-output KEY]
@@ -42,7 +43,8 @@ def _cmd_export(ns) -> int:
         for line in write_exports(ns.labs, out=ns.out, gradescope=ns.gradescope,
                                   classroom50=ns.classroom50, classroom=ns.classroom,
                                   assignment=ns.assignment, reporter_action=ns.reporter_action,
-                                  git=ns.git, force=ns.force):
+                                  git=ns.git, force=ns.force,
+                                  seed_file=ns.gradescope_seed_file):
             print(line)
     except ValueError as exc:  # e.g. a template placeholder left unfilled
         raise KitError(str(exc)) from None
@@ -64,7 +66,7 @@ def _cmd_regrade(ns) -> int:
     path = Path(ns.path)
     if not path.is_dir():
         raise KitError(f"{path} is not a folder (a student's checkout, or a folder of them)")
-    options = dict(seed=ns.seed, gpu=ns.gpu, timeout=ns.timeout)
+    options = dict(seed=ns.seed, seed_file=ns.seed_file, gpu=ns.gpu, timeout=ns.timeout)
     pristine = Path(ns.pristine) if ns.pristine else None
     batch = ns.batch or ns.gradebook or not is_checkout(path)
     try:
@@ -186,6 +188,9 @@ def register(subparsers) -> None:
                         "reporter step")
     e.add_argument("--gradescope", metavar="PATH",
                    help="write the Gradescope autograder zip (PATH.zip for one lab, else a folder)")
+    e.add_argument("--gradescope-seed-file", metavar="PATH",
+                   help="put the secret seed read from PATH into the Gradescope zip (as "
+                        "msda_grade_seed, readable by root only): the graded cases are hidden")
     e.add_argument("--classroom50", metavar="REPO",
                    help="the root of your classroom50 repository checkout: writes "
                         "REPO/<classroom>/autograders/<assignment>/autograder.py")
@@ -200,7 +205,12 @@ def register(subparsers) -> None:
                               description=__doc__, formatter_class=raw)
     r.add_argument("path", help="a student's checkout, or a folder of checkouts (batch)")
     r.add_argument("--lab", help="the lab (default: the checkout's labNN.py)")
-    r.add_argument("--seed", type=int, help="secret seed mixed into every random case")
+    r.add_argument("--seed", type=int,
+                   help="secret seed mixed into every random case (visible to every user of "
+                        "this machine in the process list: prefer --seed-file or "
+                        "$MSDA_GRADE_SEED)")
+    r.add_argument("--seed-file", metavar="PATH",
+                   help="read the secret seed from PATH (keep it readable by you only)")
     r.add_argument("--json", metavar="OUT", help="write the result (batch: all results) as JSON")
     r.add_argument("--markdown", metavar="OUT", help="write the Markdown report (one checkout)")
     r.add_argument("--gpu", action="store_true",

@@ -247,8 +247,14 @@ def pristine_bundle(export_dir: Path) -> bytes:
     return buffer.getvalue()
 
 
-def gradescope_zip(manifest: Manifest, lab: Lab, zip_path: Path, work: Path) -> Path:
-    """Gradescope's autograder zip: setup.sh, run_autograder, the grading script, the lab.
+GRADESCOPE_SEED = "msda_grade_seed"  # the secret seed's file in the Gradescope zip
+
+
+def gradescope_zip(manifest: Manifest, lab: Lab, zip_path: Path, work: Path,
+                   seed_file: Path | None = None) -> Path:
+    """Gradescope's autograder zip: setup.sh, run_autograder, the grading script, the lab, and
+    with ``seed_file`` the secret seed as ``msda_grade_seed`` (mode 0600; setup.sh and the
+    grading script keep it readable by root only).
 
     ``work`` is a scratch folder (the lab is exported into it first).
     """
@@ -267,6 +273,13 @@ def gradescope_zip(manifest: Manifest, lab: Lab, zip_path: Path, work: Path) -> 
             info.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(info, text)
         zf.writestr("gradescope_grade.py", workflows.template("gradescope_grade.py"))
+        if seed_file is not None:
+            secret = Path(seed_file).read_text().strip()
+            if not secret:
+                raise ExportError(f"the seed file {seed_file} is empty")
+            info = zipfile.ZipInfo(GRADESCOPE_SEED, date_time=(2026, 1, 1, 0, 0, 0))
+            info.external_attr = 0o100600 << 16
+            zf.writestr(info, secret + "\n")
         for path in sorted(export_dir.rglob("*")):
             if path.is_file():
                 zf.write(path, "lab/" + path.relative_to(export_dir).as_posix())
@@ -317,7 +330,7 @@ def classroom50_autograder(manifest: Manifest, lab: Lab, out: Path, work: Path,
 def write_exports(keys: list[str], *, out: str | None = None, gradescope: str | None = None,
                   classroom50: str | None = None, classroom: str | None = None,
                   assignment: str | None = None, reporter_action: str | None = None,
-                  git: bool = False, force: bool = False):
+                  git: bool = False, force: bool = False, seed_file: str | None = None):
     """``export``: the labs named by ``keys`` (or ``all`` ready labs) as template repositories
     in ``out``, Gradescope autograder zips and/or Classroom 50 autograders; yields one line per
     thing written. Raises :class:`~msda_labs.errors.KitError` saying what to pass instead."""
@@ -344,7 +357,8 @@ def write_exports(keys: list[str], *, out: str | None = None, gradescope: str | 
                 target = Path(gradescope)
                 if len(labs) > 1 or target.suffix != ".zip":
                     target = target / f"{lab.folder}-gradescope.zip"
-                gradescope_zip(manifest, lab, target, Path(tmp) / f"gs-{lab.id}")
+                gradescope_zip(manifest, lab, target, Path(tmp) / f"gs-{lab.id}",
+                               seed_file=Path(seed_file) if seed_file else None)
                 yield f"gradescope autograder {target}"
             if classroom50:
                 target = classroom50_autograder(manifest, lab, Path(classroom50),

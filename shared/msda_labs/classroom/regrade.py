@@ -1,15 +1,22 @@
 """Regrade a student's checkout with the pristine grading files, untouched by the student.
 
-    python -m msda_labs regrade PATH [--lab LAB] [--seed N] [--json OUT] [--gpu]
+    python -m msda_labs regrade PATH [--lab LAB] [--seed-file F] [--json OUT] [--gpu]
     python -m msda_labs regrade FOLDER_OF_CHECKOUTS --gradebook gradebook.csv
 
 The checkout is copied to a temporary folder (without .git, virtualenvs and caches); there every
 grading file (tests/, shared/, noxfile.py, requirements.txt, classroom.yml, .github/workflows/,
 root conftest.py and modules that would shadow the grader's imports) is deleted and replaced with
 the pristine copy: a fresh export of the kit, or ``--pristine DIR`` (an export). The student's
-module (and anything else of theirs) stays; their checkout is never written to. ``--seed`` mixes a
-secret seed into every random case (``MSDA_GRADE_SEED``), so hard-coded answers to the published
-cases fail. The result says which grading files the checkout had changed.
+module (and anything else of theirs) stays; their checkout is never written to. A secret seed
+(``--seed``, ``--seed-file``, ``$MSDA_GRADE_SEED`` or ``$MSDA_GRADE_SEED_FILE``) draws every random
+case from a salt of the secret and the submission's bytes (:mod:`msda_labs.grading.secret`), so
+hard-coded answers to the published cases fail; the grading process gets the secret in its
+environment, never on its command line. The result says which grading files the checkout had
+changed.
+
+Run as root, a regrade requires separation (``MSDA_SEPARATE=1`` for the grading process, unless
+set to ``0``): the student's code runs as a uid of its own that cannot read the pristine copy, the
+grading files or this regrade's output (:mod:`msda_labs.grading.sandbox`).
 """
 
 from __future__ import annotations
@@ -24,8 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from msda_labs.errors import KitError
-from msda_labs.grading import integrity
+from msda_labs.grading import integrity, judgeonly, sandbox
+from msda_labs.grading.executor import relay_safe
 from msda_labs.grading.results import GradeResult
+from msda_labs.grading.secret import SEED_ENV, SEED_FILE_ENV, read_secret
 
 __all__ = ["RegradeError", "GradebookRow", "detect_lab", "restore", "regrade_checkout",
            "regrade_batch", "write_gradebook", "is_checkout", "commit_of", "GRADEBOOK_COLUMNS"]
@@ -121,33 +130,64 @@ def _kit_pristine(lab_id: str, scratch: Path) -> Path:
     return export_lab(manifest, lab, scratch, force=True)
 
 
-def _grade_subprocess(work: Path, lab_id: str, *, seed: int | None, timeout: float | None,
-                      python: str) -> GradeResult:
-    out = work.parent / f"{work.name}.grade.json"
+def _separating() -> bool:
+    """Whether this regrade's grading process must run children as a uid of their own."""
+    return sandbox.is_root() and os.environ.get(sandbox.SEPARATE_ENV, "").strip() != "0"
+
+
+def _lock_down(scratch: Path, work: Path) -> None:
+    """Children may pass through the scratch and work folders to the package they import, and no
+    further: the student's files and everything else of this regrade are closed to other users
+    (the grading process then opens the student's files to its child's group alone:
+    ``$MSDA_PRIVATE_FOLDER``, :func:`msda_labs.grading.sandbox.share_with`)."""
+    scratch.chmod(0o711)
+    work.chmod(0o711)
+    for entry in work.iterdir():
+        if entry.name != "shared" and not entry.is_symlink():
+            entry.chmod(entry.stat().st_mode & ~0o007)
+
+
+def _grade_subprocess(work: Path, lab_id: str, *, secret: str | None, timeout: float | None,
+                      python: str, judge_only: list[Path] = ()) -> GradeResult:
+    out_dir = work.parent / "out"
+    out_dir.mkdir(mode=0o700, exist_ok=True)
+    out = out_dir / f"{work.name}.grade.json"
     cmd = [python, "-m", "msda_labs", "grade", str(work), "--json", str(out)]
-    if seed is not None:
-        cmd += ["--seed", str(seed)]
     if timeout is not None:
         cmd += ["--timeout", str(timeout)]
-    env = {k: v for k, v in os.environ.items() if k not in ("MSDA_GRADE_SEED", "MSDA_STAGE")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in (SEED_ENV, SEED_FILE_ENV, "MSDA_STAGE", sandbox.JUDGE_ONLY_ENV)}
+    if secret:  # in the environment: a command line is readable by every user in /proc
+        env[SEED_ENV] = secret
+    if _separating():
+        env[sandbox.SEPARATE_ENV] = "1"
+        env[sandbox.PRIVATE_FOLDER_ENV] = str(work)  # the student's files: for their uid only
+        env[sandbox.JUDGE_ONLY_ENV] = os.pathsep.join(
+            [str(p) for p in judge_only] + [str(out_dir)]
+            + [p for p in os.environ.get(sandbox.JUDGE_ONLY_ENV, "").split(os.pathsep) if p])
     env["PYTHONPATH"] = os.pathsep.join(
         [str(work / "shared")] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH")
                                   else []))
     proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
     if proc.returncode != 0 or not out.is_file():
         raise RegradeError(f"grading {lab_id} failed (exit {proc.returncode}): "
-                           f"{(proc.stderr or proc.stdout).strip()[-1500:]}")
+                           f"{relay_safe((proc.stderr or proc.stdout).strip()[-1500:])}")
     return GradeResult.read_json(out)
 
 
 def regrade_checkout(checkout: Path, *, pristine: Path | None = None, lab_id: str | None = None,
-                     seed: int | None = None, gpu: bool = False, timeout: float | None = None,
-                     python: str | None = None) -> GradeResult:
-    """Grade ``checkout`` in a copy with pristine grading files; the checkout is not written."""
+                     seed: int | str | None = None, gpu: bool = False,
+                     timeout: float | None = None, python: str | None = None,
+                     seed_file: str | Path | None = None) -> GradeResult:
+    """Grade ``checkout`` in a copy with pristine grading files; the checkout is not written.
+
+    The secret seed is ``seed``, else the file ``seed_file``, else ``$MSDA_GRADE_SEED`` or the
+    file ``$MSDA_GRADE_SEED_FILE`` (none: the published cases)."""
     checkout = Path(checkout).resolve()
     if not checkout.is_dir():
         raise RegradeError(f"{checkout} is not a folder")
     lab_id = detect_lab(checkout, lab_id)
+    secret = read_secret(seed, seed_file)
     with tempfile.TemporaryDirectory(prefix="msda-regrade-") as tmp:
         scratch = Path(tmp)
         if pristine is None:
@@ -159,10 +199,14 @@ def regrade_checkout(checkout: Path, *, pristine: Path | None = None, lab_id: st
         work = scratch / "work"
         _copy_student(checkout, work)
         notes = restore(work, source, lab_id)
-        result = _grade_subprocess(work, lab_id, seed=seed, timeout=timeout,
-                                   python=python or sys.executable)
+        judge_only = [source, *judgeonly.judge_only_paths(None, None)]
+        if _separating():
+            _lock_down(scratch, work)
+            judgeonly.hide([p for p in judge_only if p.exists()])
+        result = _grade_subprocess(work, lab_id, secret=secret, timeout=timeout,
+                                   python=python or sys.executable, judge_only=judge_only)
         if gpu:
-            result.merge(_gpu_stage(lab_id, work, seed, timeout))
+            result.merge(_gpu_stage(lab_id, work, secret, timeout))
     result.submission = f"{checkout.name}/{lab_id}.py"
     restored = found["modified"]
     # What the checkout changed against its own manifest (the export it started from): student
@@ -188,21 +232,30 @@ def regrade_checkout(checkout: Path, *, pristine: Path | None = None, lab_id: st
         head.append(f"{len(drift)} grading file(s) of the checkout's export differ from {label} "
                     f"and were replaced too: {', '.join(drift[:5])}"
                     + (" ..." if len(drift) > 5 else ""))
-    if seed is not None:
+    if secret:
         head.append("graded with a secret seed: the random cases differ from the published ones")
     result.notes = head + notes + [n for n in result.notes if n not in head]
     return result
 
 
-def _gpu_stage(lab_id: str, work: Path, seed: int | None, timeout: float | None) -> GradeResult:
-    """The GPU stage through the GPU runner (local CUDA, else Modal), on the restored copy."""
+def _gpu_stage(lab_id: str, work: Path, seed: str | None, timeout: float | None) -> GradeResult:
+    """The GPU stage through the GPU runner (local CUDA, else Modal), on the restored copy; on
+    local CUDA as root, separation is required as for the CPU stages."""
     from msda_labs.gpu import runner
 
+    saved = os.environ.get(sandbox.SEPARATE_ENV)
+    if _separating():
+        os.environ[sandbox.SEPARATE_ENV] = "1"
     try:
         return runner.run_gpu_stage(lab_id, work, work / f"{lab_id}.py", timeout=timeout,
                                     seed=seed)
     except (KitError, runner.GpuUnavailable) as exc:
         raise RegradeError(f"the GPU stage of {lab_id} could not run: {exc}") from None
+    finally:
+        if saved is None:
+            os.environ.pop(sandbox.SEPARATE_ENV, None)
+        else:
+            os.environ[sandbox.SEPARATE_ENV] = saved
 
 
 @dataclass

@@ -112,7 +112,7 @@ def _device_note() -> str | None:
 
 def grade_here(lab_dir: Path | str, submission: Path | str, *, stage: str = "gpu",
                timeout: float | None = None, tasks: Iterable[str] = (),
-               seed: int | None = None) -> GradeResult:
+               seed: int | str | None = None) -> GradeResult:
     """Grade ``stage`` of the lab in ``lab_dir`` in this process, whatever devices there are.
 
     Without CUDA the GPU tests are skipped for that reason and dropped from the score, with a
@@ -157,7 +157,7 @@ def collect_artifacts(folder: Path, limit: int = _ARTIFACT_LIMIT) -> dict[str, b
 
 def grade_submission_text(lab_dir: str, submission_name: str, submission_text: str,
                           stage: str = "gpu", timeout: float | None = None,
-                          tasks: Iterable[str] = (), seed: int | None = None) -> dict:
+                          tasks: Iterable[str] = (), seed: int | str | None = None) -> dict:
     """Grade ``stage`` of the lab in ``lab_dir`` on a submission sent as text.
 
     Returns the result as a dict (:meth:`GradeResult.to_dict`) with ``"artifacts"`` ({file name:

@@ -128,7 +128,7 @@ class BuiltApp:
         return self.settings.job_timeout_s
 
     def run_remote(self, submission: Path, *, timeout: float | None = None, tasks=(),
-                   seed: int | None = None, stage: str = "gpu") -> dict:
+                   seed: int | str | None = None, stage: str = "gpu") -> dict:
         """Grade ``submission`` on Modal; the submission's text travels as an argument."""
         submission = Path(submission)
         text = submission.read_text()
@@ -146,7 +146,7 @@ class BuiltApp:
                 f"a machine with a CUDA GPU instead") from None
 
     def run_local(self, submission: Path, *, timeout: float | None = None, tasks=(),
-                  seed: int | None = None, stage: str = "gpu") -> dict:
+                  seed: int | str | None = None, stage: str = "gpu") -> dict:
         """The function's body, run in this process on the local lab folder (``.local()``)."""
         submission = Path(submission)
         return self.grade.local(str(self.lab_dir), submission.name, submission.read_text(),
@@ -170,7 +170,7 @@ def build(settings: GpuSettings, lab_dir: Path | str) -> BuiltApp:
 
 def grade_in_container(lab_dir: str, submission_name: str, submission_text: str,
                        stage: str = "gpu", timeout: float | None = None,
-                       tasks: list[str] | None = None, seed: int | None = None) -> dict:
+                       tasks: list[str] | None = None, seed: int | str | None = None) -> dict:
     """Grade ``stage`` of the lab in ``lab_dir`` on the submission text; returns the result as a
     dict (:meth:`GradeResult.to_dict`) with ``"artifacts"`` ({file name: bytes}) added, or
     ``{"error": message}`` when the grader could not run.
@@ -187,5 +187,9 @@ def grade_in_container(lab_dir: str, submission_name: str, submission_text: str,
                              f" built for CUDA {torch.version.cuda}); if the driver is older than"
                              f" that CUDA, set {TORCH_INDEX_ENV} to a torch index of an older "
                              f"CUDA, e.g. https://download.pytorch.org/whl/cu128"}
+    if not modal.is_local() and os.geteuid() == 0:
+        # A Modal container runs as root: the student's code runs as a uid of its own, or not at
+        # all (msda_labs.grading.sandbox).
+        os.environ.setdefault("MSDA_SEPARATE", "1")
     return grade_submission_text(lab_dir, submission_name, submission_text, stage, timeout,
                                  tuple(tasks or ()), seed)

@@ -13,7 +13,6 @@ neither torch nor modal.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING
 from msda_labs.errors import GpuStageError
 from msda_labs.gpu.body import artifact_dir, grade_here, settings_for
 from msda_labs.gpu.where import GpuUnavailable, route
-from msda_labs.grading.stage_run import SEED_ENV
+from msda_labs.grading.secret import read_secret
 
 if TYPE_CHECKING:  # pragma: no cover
     from msda_labs.grading.results import GradeResult
@@ -33,7 +32,7 @@ MODAL_NOTE = "GPU stage ran on Modal ({gpu}), billed to your account"
 
 def run_gpu_stage(lab_id: str, lab_dir: Path, submission: Path, *,
                   timeout: float | None = None, tasks: Iterable[str] = (),
-                  seed: int | None = None) -> GradeResult:
+                  seed: int | str | None = None) -> GradeResult:
     """Grade the ``stage("gpu")`` tests of ``lab_id`` (folder ``lab_dir``) on ``submission``.
 
     Runs on local CUDA when torch sees a device, else on Modal when credentials exist (the
@@ -64,8 +63,8 @@ def _run_on_modal(lab_id: str, lab_dir: Path, submission: Path, *, timeout, task
         raise GpuStageError(f"Modal credentials were found but the modal client is not installed "
                             f"({exc}): pip install modal==1.6.4 (`nox -s {lab_id}-gpu` installs "
                             f"it for you)") from None
-    if seed is None and os.environ.get(SEED_ENV, "").strip().lstrip("-").isdigit():
-        seed = int(os.environ[SEED_ENV])  # the container does not see this process's environment
+    if seed is None:  # the container does not see this process's environment (nor its files)
+        seed = read_secret()
     settings = settings_for(lab_id, lab_dir)
     built = modal_app.build(settings, lab_dir)
     payload = built.run_remote(submission, timeout=timeout, tasks=tuple(tasks), seed=seed)

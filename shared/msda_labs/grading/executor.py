@@ -12,11 +12,17 @@ can only cost that one request.
 
 Forking from a warm zygote costs about 10 ms, against about 2 s to start Python with torch and
 triton; that is what keeps a lab's grading within seconds.
+
+Where the grader runs as root, each child also drops to a uid of its own before it imports the
+submission (:mod:`msda_labs.grading.sandbox`): the executor claims the uid, hides the judge-only
+files from it and proves, with a preflight process of that uid, that it cannot open them.
+:attr:`Executor.separation` says whether that holds (``separated``) and how.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import pickle
 import re
@@ -29,15 +35,24 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from msda_labs.grading import judgeonly, sandbox
+from msda_labs.grading.kernelcache import KernelCache
+
 __all__ = [
     "Executor",
     "InfrastructureError",
     "Outcome",
     "probe_ref",
+    "relay_safe",
 ]
 
+# SEED: the instructor's secret (MSDA_GRADE_SEED, MSDA_GRADE_SEED_FILE); children get only the
+# per-submission salt (MSDA_CASE_SALT). PYTHONHASHSEED is no secret.
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_?KEY|PRIVATE_KEY|^MODAL_|"
-                          r"^AWS_|^ACTIONS_(ID_TOKEN|RUNTIME)", re.IGNORECASE)
+                          r"^AWS_|^ACTIONS_(ID_TOKEN|RUNTIME)|(?<!PYTHONHASH)SEED", re.IGNORECASE)
+# A line that a GitHub runner would take as a workflow command: "::name ...::" once trimmed, or
+# the older "##[name ...]" anywhere in the line.
+_WORKFLOW_COMMAND = re.compile(r"^(\s*)::|##\[")
 
 # Modes and the TRITON_INTERPRET value their zygote starts with.
 _MODE_ENV = {"cpu": None, "interpret": "1", "aot": "0", "gpu": "0"}
@@ -66,6 +81,19 @@ def probe_ref(fn: Callable) -> tuple[str, str, str]:
     return fn.__module__, str(Path(path).resolve()) if path else "", fn.__qualname__
 
 
+def relay_safe(text: str) -> str:
+    """``text`` (what a submission printed or raised) with every line that a GitHub runner would
+    execute as a workflow command defused: a leading ``::`` becomes ``: :``, ``##[`` ``## [``.
+    A runner splits its output at CR as well as LF, so a CR starts a line here too."""
+    return "\n".join(_WORKFLOW_COMMAND.sub(lambda m: f"{m.group(1)}: :" if m.group(0).strip()
+                                            == "::" else "## [", line)
+                     for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"))
+
+
+def _one_line(text: str) -> str:
+    return relay_safe(" ".join(part.strip() for part in text.splitlines() if part.strip()))[:2000]
+
+
 def _decode_payload(raw: bytes) -> Any:
     import torch
 
@@ -74,13 +102,14 @@ def _decode_payload(raw: bytes) -> Any:
 
 
 class _Zygote:
-    def __init__(self, mode: str, preload: list[str], env: dict[str, str]):
+    def __init__(self, mode: str, env: dict[str, str], *, preload: list[str],
+                 modules: list[str], lab: int | None, plan: dict | None, submission: str = ""):
         self.mode = mode
+        self.info: dict = {}
         parent_sock, child_sock = socket.socketpair()
         # Credentials stay with the judge: student code must not read a Modal or GitHub token
-        # that an instructor's regrade (or a CI job) holds in its environment.
-        full_env = {k: v for k, v in os.environ.items() if not _SECRET_NAME.search(k)}
-        full_env.update(env)
+        # that an instructor's regrade (or a CI job) holds in its environment, nor the seed.
+        full_env = {k: v for k, v in {**os.environ, **env}.items() if not _SECRET_NAME.search(k)}
         flag = _MODE_ENV[mode]
         if flag is None:
             full_env.pop("TRITON_INTERPRET", None)
@@ -90,6 +119,12 @@ class _Zygote:
         full_env["PYTHONUNBUFFERED"] = "1"
         cmd = [sys.executable, "-m", "msda_labs.grading.zygote", "--fd", str(child_sock.fileno()),
                "--mode", mode]
+        if lab is not None:
+            cmd += ["--lab", str(lab)]
+        if plan is not None:
+            cmd += ["--plan", json.dumps(plan), "--submission", submission]
+        for name in modules:
+            cmd += ["--preload-module", name]
         for path in preload:
             cmd += ["--preload", path]
         self.proc = subprocess.Popen(cmd, pass_fds=(child_sock.fileno(),), env=full_env,
@@ -115,6 +150,7 @@ class _Zygote:
         if kind != "ready":
             self.kill()
             raise InfrastructureError(info)
+        self.info = info
         self._ready = True
 
     def alive(self) -> bool:
@@ -134,30 +170,109 @@ class _Zygote:
 
 
 class Executor:
-    """Runs probes against one submission file, one forked child per request."""
+    """Runs probes against one submission file, one forked child per request.
+
+    ``lab`` (the lab's number) and ``lab_dir`` say which judge-only files to hide and which chips
+    the child side may hold; ``preload`` are probe modules (files) and ``preload_modules`` package
+    modules that every zygote imports before it serves.
+    """
 
     def __init__(self, submission: Path, *, workdir: Path | None = None,
                  preload: list[str] | None = None, env: dict[str, str] | None = None,
-                 default_timeout: float = 60.0):
+                 default_timeout: float = 60.0, lab: int | None = None,
+                 lab_dir: Path | None = None, preload_modules: list[str] | None = None):
         self.submission = Path(submission).resolve()
         self.workdir = Path(workdir or self.submission.parent).resolve()
         self.preload = [str(Path(p).resolve()) for p in (preload or [])]
+        self.preload_modules = list(preload_modules or [])
+        self.lab = lab
+        self.lab_dir = Path(lab_dir).resolve() if lab_dir else None
         self.env = {"MSDA_STAGE": "chips", **(env or {})}
         self.default_timeout = default_timeout
         self._zygotes: dict[str, _Zygote] = {}
+        self._sandbox: sandbox.Sandbox | None = None
+        self._kernels: KernelCache | None = None  # the submission's Triton cache, separated
+        self._required = False
+        self.separation: dict | None = None  # decided when the first worker starts
+
+    def _separate(self) -> None:
+        """Decide, once, whether children run as a uid of their own (see the module docstring)."""
+        if self.separation is not None:
+            return
+        try:
+            wanted = sandbox.policy()
+        except sandbox.SandboxError as exc:
+            raise InfrastructureError(str(exc)) from None
+        self._required = wanted == "required"
+        if wanted == "off":
+            self.separation = {"separated": False, "why": f"{sandbox.SEPARATE_ENV}=0"}
+            return
+        if not sandbox.is_root():
+            if wanted == "required":
+                raise InfrastructureError(
+                    f"{sandbox.SEPARATE_ENV}=1 but the grader runs as uid {os.geteuid()}: running "
+                    f"submissions as a separate user needs root (it takes a uid per executor)")
+            self.separation = {"separated": False, "why": "the grader does not run as root"}
+            return
+        try:
+            box = sandbox.Sandbox.open()
+            paths = judgeonly.judge_only_paths(self.lab_dir, self.lab)
+            judgeonly.hide(paths)
+            opened, error = judgeonly.preflight(box.plan(), paths)
+        except (OSError, sandbox.SandboxError) as exc:
+            raise InfrastructureError(f"could not set up separation: {exc}") from None
+        if error or opened:
+            why = (f"uid {box.uid} could not be taken ({error})" if error else
+                   f"uid {box.uid} can still read {', '.join(opened[:3])}")
+            if wanted == "required" or error:
+                box.close()
+            if wanted == "required":
+                raise InfrastructureError(
+                    f"separation is not in force: {why}. {sandbox.SEPARATE_ENV}=1 requires it; "
+                    f"make those files unreadable to other users, or set "
+                    f"{sandbox.SEPARATE_ENV}=0 for an ungraded run")
+            self.separation = {"separated": False, "why": why}
+            self._sandbox = None if error else box
+            return
+        self._sandbox = box
+        private = os.environ.get(sandbox.PRIVATE_FOLDER_ENV, "")
+        if private and Path(private).resolve() == self.submission.parent:
+            sandbox.share_with(self.submission.parent, box.gid)
+        self._kernels = KernelCache.claim(self.submission, box.uid)
+        self.separation = {"separated": True, "uid": box.uid, "hidden": [str(p) for p in paths]}
 
     def start(self, mode: str) -> None:
         """Start the zygote of ``mode`` in the background (it takes about 2 s to warm)."""
         if mode not in _MODE_ENV:
             raise InfrastructureError(f"unknown mode {mode!r}")
+        self._separate()
         zyg = self._zygotes.get(mode)
         if zyg is None or not zyg.alive():
-            self._zygotes[mode] = _Zygote(mode, self.preload, self.env)
+            plan = self._sandbox.plan(gpu=mode == "gpu", triton=self._kernels and
+                                      self._kernels.folder) if self._sandbox else None
+            self._zygotes[mode] = _Zygote(mode, self.env, preload=self.preload,
+                                          modules=self.preload_modules, lab=self.lab, plan=plan,
+                                          submission=str(self.submission))
 
     def _ready(self, mode: str) -> _Zygote:
         self.start(mode)
         zyg = self._zygotes[mode]
         zyg.wait_ready()
+        missing = zyg.info.get("unreachable") if self._sandbox is not None else None
+        if missing:
+            why = (f"a child of uid {self._sandbox.uid} cannot read what it imports from: "
+                   f"{', '.join(missing[:3])}")
+            self._stop_all()
+            if self._required:
+                raise InfrastructureError(f"separation is not possible here: {why}. "
+                                          f"{sandbox.SEPARATE_ENV}=1 requires it")
+            self.separation = {"separated": False, "why": why}
+            return self._ready(mode)  # the same worker, unseparated
+        if self._sandbox is not None and "netns" not in self.separation:
+            network = zyg.info.get("network", "")
+            self.separation["netns"] = not network
+            if network:
+                self.separation["network"] = f"network not isolated on this platform ({network})"
         return zyg
 
     def run(self, probe: Callable | tuple[str, str, str], *args, mode: str = "cpu",
@@ -194,7 +309,9 @@ class Executor:
 
     @staticmethod
     def _interpret(reply: dict, timeout: float) -> Outcome:
-        output = reply.get("output", "")
+        if reply["status"] == "infra":
+            raise InfrastructureError(reply["message"])
+        output = relay_safe(reply.get("output", ""))
         duration = reply.get("duration", 0.0)
         if reply["status"] == "timeout":
             return Outcome("timeout", message=f"did not finish within the {timeout:g} s time limit",
@@ -219,8 +336,23 @@ class Executor:
             return Outcome("crashed", message=f"the process running your code {how}{hint}",
                            output=output, duration=duration)
         return Outcome(payload["kind"], value=payload.get("value"),
-                       message=str(payload.get("message", "")), output=output,
+                       message=_one_line(str(payload.get("message", ""))), output=output,
                        duration=duration, extra={"type": payload.get("type", "")})
+
+    def _stop_all(self) -> None:
+        """Stop every worker and give the sandbox back (separation turned off)."""
+        for zyg in self._zygotes.values():
+            zyg.kill()
+        self._zygotes.clear()
+        self._give_back()
+
+    def _give_back(self) -> None:
+        if self._sandbox is not None:
+            self._sandbox.close()
+            self._sandbox = None
+        if self._kernels is not None:
+            self._kernels.release()
+            self._kernels = None
 
     def close(self) -> None:
         for zyg in self._zygotes.values():
@@ -230,6 +362,7 @@ class Executor:
                 pass
             zyg.kill()
         self._zygotes.clear()
+        self._give_back()
 
     def __enter__(self):
         return self

@@ -28,6 +28,7 @@ from msda_labs.course.ladder import RULES, unknown_rules
 from msda_labs.grading.executor import Executor, InfrastructureError, Outcome
 from msda_labs.grading.results import ExerciseResult, GradeResult, Status, TestResult
 from msda_labs.grading.rules import SourceInfo, forbidden_imports
+from msda_labs.grading.sandbox import FEEDBACK_ONLY
 from msda_labs.grading.submission import (  # the lab tests import these names from here
     NotAttempted,
     RuleViolation,
@@ -117,10 +118,17 @@ class GradingSession:
 
     def executor(self) -> Executor:
         if self._executor is None:
-            preload = sorted({str(item.path) for item in self.items})
-            self._executor = Executor(self.submission, workdir=self.lab_dir, preload=preload,
-                                      default_timeout=self.timeout)
+            number = int(self.lab[3:]) if self.lab and self.lab[3:].isdigit() else None
+            self._executor = Executor(
+                self.submission, workdir=self.lab_dir, preload=_child_side_files(self.items),
+                preload_modules=_earlier_chips(number), default_timeout=self.timeout,
+                lab=number, lab_dir=self.lab_dir)
         return self._executor
+
+    def separation(self) -> dict:
+        """How the submission's code ran: ``separated`` and how (uid, netns), or why not."""
+        info = self._executor.separation if self._executor is not None else None
+        return dict(info) if info else {"separated": False, "why": "no submission code ran"}
 
     def close(self) -> None:
         if self._executor is not None:
@@ -150,8 +158,35 @@ class GradingSession:
                 stages.append(test.stage)
         result.exercises = [ex for ex in result.exercises if ex.tests]
         result.stages = stages
+        result.separation = self.separation()
         result.notes = list(self.notes)
+        if not result.separation.get("separated") and self._executor is not None:
+            result.notes.append(FEEDBACK_ONLY)
         return result
+
+
+def _child_side_files(items) -> list[str]:
+    """What a zygote preloads from the lab's tests folder: the probe modules and their helpers,
+    never a test_ or judge_ module (those are the judge's; see grading.childguard)."""
+    folders = sorted({Path(item.path).parent for item in items})
+    return [str(p) for folder in folders for p in sorted(folder.glob("*.py"))
+            if not p.name.startswith(("test_", "judge_", "conftest"))]
+
+
+def _earlier_chips(lab: int | None) -> list[str]:
+    """The chips of the labs before ``lab`` that this copy of the kit carries (a submission may
+    build on them through msda_labs.student.earlier), and lab 10's shipped operator from lab 10
+    on: preloaded, so a separated child needs no read access to the chips folder."""
+    if lab is None:
+        return []
+    import msda_labs.chips
+
+    folder = Path(msda_labs.chips.__file__).parent
+    numbers = sorted(int(p.stem[3:]) for p in folder.glob("lab[0-9][0-9].py"))
+    if not numbers or lab > numbers[-1] + 1:  # not a lab of this course (a test's lab99)
+        return []
+    return [f"msda_labs.chips.lab{n:02d}" for n in numbers if n < lab] + \
+        (["msda_labs.student.shipped"] if lab >= 10 else [])
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -139,6 +139,9 @@ class GradeResult(_Totals):
     submission: str = ""
     integrity: dict = field(default_factory=lambda: {"checked": False, "modified": []})
     notes: list[str] = field(default_factory=list)
+    # How the submission's code ran: {"separated": True, "uid": ..., "netns": ...} (a uid of its
+    # own, msda_labs.grading.sandbox) or {"separated": False, "why": ...}; empty: not recorded.
+    separation: dict = field(default_factory=dict)
 
     def _parts(self) -> list[ExerciseResult]:
         return self.exercises
@@ -168,6 +171,8 @@ class GradeResult(_Totals):
                                            for p in e.id.replace(".", " ").split()])
         self.stages += [s for s in other.stages if s not in self.stages]
         self.notes += [n for n in other.notes if n not in self.notes]
+        if other.separation and (not self.separation or not other.separation.get("separated")):
+            self.separation = dict(other.separation)  # the stage that ran least separated
         return self
 
     def to_dict(self) -> dict:
@@ -180,6 +185,7 @@ class GradeResult(_Totals):
             "submission": self.submission,
             "integrity": self.integrity,
             "notes": list(self.notes),
+            "separation": dict(self.separation),
             "exercises": [
                 {"id": ex.id, "name": ex.name, "score": ex.score, "max_score": ex.max_score,
                  "tests": [{**asdict(t), "status": t.status.value} for t in ex.tests]}
@@ -192,7 +198,8 @@ class GradeResult(_Totals):
         result = cls(lab=data["lab"], title=data.get("title", ""),
                      stages=list(data.get("stages", [])), submission=data.get("submission", ""),
                      integrity=data.get("integrity") or {"checked": False, "modified": []},
-                     notes=list(data.get("notes", [])))
+                     notes=list(data.get("notes", [])),
+                     separation=dict(data.get("separation") or {}))
         for ex in data["exercises"]:
             result.exercises.append(ExerciseResult(
                 ex["id"], ex["name"], [TestResult(**t) for t in ex["tests"]]))

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["SEED_ENV", "FALLBACK_TIMEOUT_S", "run_stage", "display_path"]
 
-SEED_ENV = "MSDA_GRADE_SEED"
+SEED_ENV = "MSDA_GRADE_SEED"  # the instructor's secret; see msda_labs.grading.secret
 FALLBACK_TIMEOUT_S = 60  # one test's code, when no manifest names the stage's limit
 
 
@@ -37,6 +37,13 @@ class _Capture:
     def __init__(self):
         self.result = None
         self.errors: list[str] = []
+        self.infrastructure: str = ""
+
+    def pytest_internalerror(self, excrepr, excinfo):
+        from msda_labs.grading.executor import InfrastructureError
+
+        if isinstance(excinfo.value, InfrastructureError):
+            self.infrastructure = str(excinfo.value)
 
     def pytest_collectreport(self, report):
         if report.failed:
@@ -84,7 +91,9 @@ def run_stage(lab: ResolvedLab, submission: Path, *, stage: str = "cpu",
         stage: ``cpu``, ``gpu`` or ``all``.
         tasks: grade only these task ids (all when empty).
         timeout: seconds one test's code may run (default: the manifest's limit for the stage).
-        seed: a secret seed mixed into every random case (``$MSDA_GRADE_SEED``).
+        seed: the instructor's secret (else ``$MSDA_GRADE_SEED`` or ``$MSDA_GRADE_SEED_FILE``):
+            the cases are drawn with a salt derived from it and the submission's bytes
+            (:mod:`msda_labs.grading.secret`; no secret: the published cases).
 
     Returns:
         The result, titled after the lab and naming the submission.
@@ -95,10 +104,10 @@ def run_stage(lab: ResolvedLab, submission: Path, *, stage: str = "cpu",
     import pytest
 
     from msda_labs.grading.executor import InfrastructureError
+    from msda_labs.grading.secret import export_salt
 
     tasks = tuple(tasks)
-    if seed is not None:
-        os.environ[SEED_ENV] = str(seed)
+    export_salt(submission, seed)
     args = [str(lab.folder / "tests"), "-p", "no:terminal", "-p", "no:cacheprovider",
             "--rootdir", str(lab.folder), "-c", os.devnull, "--strict-markers",
             "--msda-submission", str(submission.resolve()), "--msda-stage", stage,
@@ -112,6 +121,8 @@ def run_stage(lab: ResolvedLab, submission: Path, *, stage: str = "cpu",
         code = pytest.main(args, plugins=[capture])
     except InfrastructureError as exc:
         raise KitError(f"the grader could not run: {exc}") from None
+    if capture.infrastructure:
+        raise KitError(f"the grader could not run: {capture.infrastructure}")
     if capture.errors:
         raise KitError("the lab's tests could not be collected (a grading file is broken; "
                        "restore it with `git checkout -- tests`):\n  "

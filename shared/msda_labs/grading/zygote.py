@@ -1,8 +1,13 @@
 """The warm worker behind :class:`msda_labs.grading.executor.Executor`; see that module.
 
-Started as ``python -m msda_labs.grading.zygote --fd N --mode MODE [--preload FILE]...``. It
-imports torch (and triton for the Triton modes) once, then serves requests from the judge, forking
-one child per request. Student code runs only in those children.
+Started as ``python -m msda_labs.grading.zygote --fd N --mode MODE [--lab NN] [--plan JSON]
+[--preload-module NAME]... [--preload FILE]...``. It imports torch (and triton for the Triton
+modes), the earlier labs' chips and the lab's probe modules once, then serves requests from the
+judge, forking one child per request. Student code runs only in those children. With a ``--plan``
+(:mod:`msda_labs.grading.sandbox`) the zygote first moves to a network namespace of its own, each
+child drops to the plan's uid before it imports the submission, and after each request every
+process of that uid is killed and its files removed. Before it serves, and before every request,
+the zygote checks that it holds no judge-only module (:mod:`msda_labs.grading.childguard`).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import argparse
 import importlib
 import importlib.util
 import io
+import json
 import os
 import pickle
 import select
@@ -19,8 +25,12 @@ import sys
 import tempfile
 import time
 import traceback
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
+
+from msda_labs.grading import childguard, reach, sandbox
+from msda_labs.grading.loader import import_submission
 
 _MAX_PAYLOAD = 1 << 30  # a result larger than 1 GiB is not a plausible answer
 _OUTPUT_TAIL = 4000
@@ -110,18 +120,7 @@ def _failure_payload(exc: BaseException, submission: str) -> dict:
             "message": f"{type(exc).__name__}: {first[:500]}{_where(exc, submission)}"}
 
 
-def _import_submission(path: str):
-    name = Path(path).stem
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None:
-        raise ImportError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def _child(request: dict, write_fd: int) -> None:
+def _child(request: dict, write_fd: int, probe, data: bytes | None) -> None:
     """Runs in the forked child: never returns."""
     payload: dict
     try:
@@ -130,8 +129,7 @@ def _child(request: dict, write_fd: int) -> None:
         if folder not in sys.path:
             sys.path.insert(0, folder)
         args, kwargs = pickle.loads(request["args"])
-        probe = _resolve(request["probe"])
-        module = _import_submission(request["submission"])
+        module = import_submission(request["submission"], data)
         value = probe(module, *args, **kwargs)
         payload = {"kind": "ok", "value": _sanitize(value)}
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a verdict
@@ -145,8 +143,7 @@ def _child(request: dict, write_fd: int) -> None:
         buf = io.BytesIO()
         torch.save({"kind": "error", "type": "ResultError",
                     "message": f"the result could not be serialized: {exc}"}, buf)
-    data = buf.getvalue()
-    view = memoryview(data)
+    view = memoryview(buf.getvalue())
     while view:
         written = os.write(write_fd, view)
         view = view[written:]
@@ -156,13 +153,37 @@ def _child(request: dict, write_fd: int) -> None:
     os._exit(0)
 
 
-def _serve(request: dict, conn: Connection) -> dict:
-    read_fd, write_fd = os.pipe()
-    out_fd, out_path = tempfile.mkstemp(prefix="msda-out-")
-    timeout = float(request["timeout"])
-    sys.stdout.flush()
-    sys.stderr.flush()
-    start = time.monotonic()
+@dataclass
+class _State:
+    """What the zygote keeps between requests."""
+
+    lab: int | None = None
+    plan: dict | None = None  # sandbox.Sandbox.plan(): the uid a child becomes; None: not separated
+    submission: str = ""  # the file every request imports (kept in sight of the zygote)
+    witness: childguard.ImportWitness | None = None
+
+
+def _prepare(request: dict, state: _State):
+    """Before the fork, as the zygote: the probe and the submission's bytes (a separated child may
+    read neither), and the contract check. Returns (probe, data) or a refusal reply."""
+    ref = request["probe"]
+    try:
+        probe = _resolve(ref)
+    except Exception as exc:  # noqa: BLE001 - a probe the grader cannot load is its own bug
+        return {"status": "infra", "message": f"the grader's probe {ref[0]}.{ref[2]} cannot be "
+                                              f"loaded: {type(exc).__name__}: {exc}"}
+    bad = childguard.forbidden_modules(state.lab)
+    if bad:
+        return {"status": "infra", "message": childguard.describe(bad, state.witness, state.lab)}
+    try:
+        data = Path(request["submission"]).read_bytes()
+    except OSError:
+        data = None
+    return probe, data
+
+
+def _start_child(request: dict, conn: Connection, state: _State, prepared, fds) -> int:
+    read_fd, write_fd, out_fd = fds
     pid = os.fork()
     if pid == 0:  # the child: cut every line back to the judge before touching student code
         try:
@@ -173,32 +194,55 @@ def _serve(request: dict, conn: Connection) -> dict:
             os.dup2(out_fd, 2)
             os.close(out_fd)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            _child(request, write_fd)
+            if state.plan is not None:
+                try:
+                    sandbox.drop(state.plan)
+                except BaseException as exc:  # noqa: BLE001 - never run student code as root
+                    os.write(2, f"[msda_labs] could not drop privileges: {exc}\n".encode())
+                    os._exit(71)
+                request = {**request, "workdir": state.plan["run"]}
+            _child(request, write_fd, *prepared)
         finally:
             os._exit(70)
-    os.close(write_fd)
-    os.close(out_fd)
-    deadline = start + timeout
+    return pid
+
+
+def _read_result(read_fd: int, deadline: float, pid: int):
+    """The child's reply, until the pipe closes, or the child has exited and the pipe is drained
+    (a grandchild may hold the pipe open). Returns (chunks, status, wait status or None)."""
     chunks: list[bytes] = []
     size = 0
-    status = None
+    exited = None
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            status = "timeout"
-            break
-        ready, _, _ = select.select([read_fd], [], [], min(left, 1.0))
-        if ready:
-            chunk = os.read(read_fd, 1 << 20)
-            if not chunk:
-                break
-            size += len(chunk)
-            if size > _MAX_PAYLOAD:
-                status = "too_large"
-                break
-            chunks.append(chunk)
-    os.close(read_fd)
-    code = 0
+            return chunks, "timeout", None
+        ready, _, _ = select.select([read_fd], [], [], 0 if exited else min(left, 0.25))
+        if not ready:
+            if exited is not None:
+                return chunks, None, exited
+            done, raw = os.waitpid(pid, os.WNOHANG)
+            if done:
+                exited = raw
+            continue
+        chunk = os.read(read_fd, 1 << 20)
+        if not chunk:
+            return chunks, None, exited
+        size += len(chunk)
+        if size > _MAX_PAYLOAD:
+            return chunks, "too_large", exited
+        chunks.append(chunk)
+
+
+def _wait_child(pid: int, status: str | None, deadline: float,
+                raw: int | None) -> tuple[str | None, int]:
+    if raw is not None:  # already reaped while reading
+        try:  # grandchildren a submission left behind die with its session
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        return status, raw
+    raw = 0
     if status is None:
         # The pipe closed: the child is exiting (or closed the pipe and kept running).
         while True:
@@ -219,6 +263,28 @@ def _serve(request: dict, conn: Connection) -> dict:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    return status, raw
+
+
+def _serve(request: dict, conn: Connection, state: _State) -> dict:
+    prepared = _prepare(request, state)
+    if isinstance(prepared, dict):
+        return prepared
+    read_fd, write_fd = os.pipe()
+    out_fd, out_path = tempfile.mkstemp(prefix="msda-out-")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    start = time.monotonic()
+    deadline = start + float(request["timeout"])
+    pid = _start_child(request, conn, state, prepared, (read_fd, write_fd, out_fd))
+    os.close(write_fd)
+    os.close(out_fd)
+    chunks, status, raw = _read_result(read_fd, deadline, pid)
+    os.close(read_fd)
+    status, raw = _wait_child(pid, status, deadline, raw)
+    if state.plan is not None:  # every process of the uid (a setsid grandchild too), its files
+        sandbox.reap(state.plan["uid"], orphans=True)
+        sandbox.clean(state.plan)
     if os.WIFSIGNALED(raw):
         exit_status, code = "signaled", os.WTERMSIG(raw)
     else:
@@ -237,38 +303,74 @@ def _serve(request: dict, conn: Connection) -> dict:
             "duration": time.monotonic() - start}
 
 
+def _warm(args, state: _State) -> str:
+    """Import what every child shares; returns "" or why the network is not isolated."""
+    network = ""
+    if state.plan is not None:
+        sandbox.become_subreaper()
+        network = sandbox.isolate_network()
+    import torch  # noqa: F401
+
+    if args.mode != "cpu":
+        try:
+            import triton  # noqa: F401
+            import triton.language  # noqa: F401
+        except ImportError as exc:
+            raise RuntimeError(
+                f"this lab runs Triton kernels ({args.mode} mode) but triton does not import "
+                f"({exc}). On Linux: pip install -r requirements.txt (or use `nox`); on macOS "
+                f"there is no triton wheel: open the repository in its devcontainer or a "
+                f"Codespace") from None
+    if args.mode == "gpu" and not torch.cuda.is_available():
+        raise RuntimeError("the gpu stage needs a CUDA device and torch sees none")
+    for name in args.preload_module:
+        importlib.import_module(name)
+    for path in args.preload:
+        _import_path(path)
+    bad = childguard.forbidden_modules(state.lab)
+    if bad:
+        raise RuntimeError(childguard.describe(bad, state.witness, state.lab))
+    return network
+
+
+def _check_reach(state: _State) -> list[str]:
+    """Separated: what a child must import from, made passable and checked (grading.reach)."""
+    if state.plan is None:
+        return []
+    import msda_labs.student  # noqa: F401 - its folder is one the child must reach
+
+    folders = reach.needed_folders()
+    problem = reach.expose(folders + ([state.submission] if state.submission else []))
+    missing = reach.unreachable(state.plan, folders)
+    return missing + ([f"({problem})"] if problem and missing else [])
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--mode", required=True)
     parser.add_argument("--preload", action="append", default=[])
+    parser.add_argument("--preload-module", action="append", default=[])
+    parser.add_argument("--lab", type=int, default=None)
+    parser.add_argument("--plan", default="", help="JSON: the sandbox a child drops into")
+    parser.add_argument("--submission", default="")
     args = parser.parse_args(argv)
     conn = Connection(args.fd)
+    state = _State(lab=args.lab, plan=json.loads(args.plan) if args.plan else None,
+                   witness=childguard.ImportWitness(args.lab), submission=args.submission)
+    sys.meta_path.insert(0, state.witness)
     if args.mode == "gpu":
         # Ask NVML, not the CUDA runtime: a zygote that initialized CUDA could not fork children
         # that use it.
         os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     try:
-        import torch  # noqa: F401
-
-        if args.mode != "cpu":
-            try:
-                import triton  # noqa: F401
-                import triton.language  # noqa: F401
-            except ImportError as exc:
-                raise RuntimeError(
-                    f"this lab runs Triton kernels ({args.mode} mode) but triton does not import "
-                    f"({exc}). On Linux: pip install -r requirements.txt (or use `nox`); on macOS "
-                    f"there is no triton wheel: open the repository in its devcontainer or a "
-                    f"Codespace") from None
-        if args.mode == "gpu" and not torch.cuda.is_available():
-            raise RuntimeError("the gpu stage needs a CUDA device and torch sees none")
-        for path in args.preload:
-            _import_path(path)
+        network = _warm(args, state)
+        unreachable = _check_reach(state)
     except BaseException as exc:  # noqa: BLE001
         conn.send(("failed", f"{exc}"))
         return 1
-    conn.send(("ready", {"pid": os.getpid(), "mode": args.mode}))
+    conn.send(("ready", {"pid": os.getpid(), "mode": args.mode, "network": network,
+                         "unreachable": unreachable}))
     while True:
         try:
             kind, request = conn.recv()
@@ -276,7 +378,7 @@ def main(argv=None) -> int:
             return 0
         if kind == "exit":
             return 0
-        conn.send(_serve(request, conn))
+        conn.send(_serve(request, conn, state))
 
 
 if __name__ == "__main__":

@@ -24,3 +24,7 @@ fi
 "$ROOT/venv/bin/python" -m pip install --extra-index-url https://download.pytorch.org/whl/cpu \
     -r "$ROOT/source/lab/requirements.txt"
 "$ROOT/venv/bin/python" -m pip install -e "$ROOT/source/lab/shared"
+# The autograder's own files are root's: the student's code runs as another uid (the grader's
+# separation) and must read neither the pristine lab nor the secret seed.
+chmod -R o-rwx "$ROOT/source"
+if [ -f "$ROOT/source/msda_grade_seed" ]; then chmod 600 "$ROOT/source/msda_grade_seed"; fi

@@ -4,12 +4,18 @@ Finds the student's labNN.py in /autograder/submission (at the top, or anywhere 
 folder or a GitHub submission), grades it against the pristine lab in /autograder/source/lab and
 writes /autograder/results/results.json. Whatever happens, a results.json is written: when grading
 cannot run, score 0 and a message that says why (Gradescope shows nothing otherwise).
+
+Gradescope runs this as root, so separation is required (MSDA_SEPARATE=1): the student's code
+runs as a uid of its own that cannot read /autograder/source (the pristine lab, the secret seed
+file msda_grade_seed) or /autograder/results. With the seed file the cases are drawn from a salt
+of the secret and the submission (hidden cases); without it, from the published seeds.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import traceback
@@ -27,6 +33,22 @@ def _find_module(submission: Path, lab: str) -> Path | None:
     return found[0] if found else None
 
 
+def _secure(root: Path) -> None:
+    """As root: require separation, hide the autograder's own folders from the student's uid and
+    hand the seed file (readable by root only) to the grader."""
+    if os.geteuid() != 0:
+        return
+    os.environ.setdefault("MSDA_SEPARATE", "1")
+    (root / "results").mkdir(mode=0o700, parents=True, exist_ok=True)
+    hidden = [str(root / "source"), str(root / "results")]
+    extra = [p for p in os.environ.get("MSDA_JUDGE_ONLY", "").split(os.pathsep) if p]
+    os.environ["MSDA_JUDGE_ONLY"] = os.pathsep.join(hidden + extra)
+    seed = root / "source" / "msda_grade_seed"
+    if seed.is_file():
+        seed.chmod(0o600)
+        os.environ.setdefault("MSDA_GRADE_SEED_FILE", str(seed))
+
+
 def _write(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2) + "\n")
@@ -41,6 +63,7 @@ def main(argv=None) -> int:
     results = root / "results" / "results.json"
     started = time.time()
     try:
+        _secure(root)
         from msda_labs.classroom.platforms import gradescope_results
         from msda_labs.classroom.regrade import regrade_checkout
 
