@@ -22,9 +22,9 @@ Nothing here decides a grade: the judge reads what came back.
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -85,11 +85,23 @@ def fresh_copy(module: ModuleType, suffix: str = "_again") -> ModuleType:
     """A fresh execution of ``module``'s file under the name ``module.__name__ + suffix``: its
     globals bound anew, so that a decision it took at import time is taken again and its
     globals can be replaced without touching the original."""
-    spec = importlib.util.spec_from_file_location(module.__name__ + suffix, module.__file__)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load a fresh copy of {module.__file__}")
-    fresh = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fresh)
+    # The source comes from the module's own loader: a separated child cannot read the
+    # submission's file, which the zygote read for it (grading.loader).
+    source = None
+    loader = getattr(module, "__loader__", None)
+    if loader is not None and hasattr(loader, "get_source"):
+        try:
+            source = loader.get_source(module.__name__)
+        except (ImportError, OSError):
+            source = None
+    if source is None:
+        try:
+            source = Path(module.__file__).read_text()
+        except (OSError, TypeError) as exc:
+            raise ImportError(f"cannot load a fresh copy of {module.__file__}: {exc}") from None
+    fresh = ModuleType(module.__name__ + suffix)
+    fresh.__file__ = module.__file__
+    exec(compile(source, module.__file__, "exec"), fresh.__dict__)  # noqa: S102 - its own code
     return fresh
 
 
