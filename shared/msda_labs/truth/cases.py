@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from msda_labs.student.examples import MSDAInputs, draw_inputs
+from msda_labs.student.tolerances import BWD_TOL, FWD_TOL, tolerance  # one table, student-side
 
 __all__ = [
     "Case",
@@ -28,30 +29,6 @@ __all__ = [
     "seeded_generator",
     "image_and_points",
 ]
-
-# rtol, atol per dtype. The kernels accumulate in fp32, so half-precision forward error is the
-# rounding of inputs and output; gradients are looser (atomic order, the W/H chain factor).
-FWD_TOL = {
-    torch.float64: (1e-9, 1e-10),
-    torch.float32: (1e-5, 1e-5),
-    torch.float16: (5e-3, 5e-3),
-    torch.bfloat16: (3e-2, 3e-2),
-}
-BWD_TOL = {
-    torch.float64: (1e-7, 1e-7),
-    torch.float32: (1e-4, 1e-4),
-    torch.float16: (3e-2, 3e-2),
-    torch.bfloat16: (8e-2, 8e-2),
-}
-
-
-def tolerance(dtype: torch.dtype, backward: bool = False) -> tuple[float, float]:
-    """(rtol, atol) for comparing a result of this dtype with the fp32/fp64 reference."""
-    table = BWD_TOL if backward else FWD_TOL
-    if dtype not in table:
-        raise ValueError(f"no tolerance for dtype {dtype}; expected one of {list(table)}")
-    return table[dtype]
-
 
 def grade_seed() -> int:
     """The secret seed offset of an instructor regrade (0 when grading normally)."""
