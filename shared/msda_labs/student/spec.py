@@ -17,6 +17,9 @@ Conventions are those of every lab:
     attention_weights   (B, Q, M, L, K)
     output              (B, Q, M * D)
 
+Lab 09 has no functions here: its self-check compares with the lab's own table of what each
+GPU does (``msda_labs.student.selfcheck.tool_labs``).
+
 A normalized location (x, y) on a level of size (H, W) sits at the pixel position
 (x * W - 0.5, y * H - 0.5); pixel (row i, col j) has its centre at (x = j, y = i). A bilinear read
 blends the four pixels around a position; a pixel outside the level reads as 0.
@@ -31,7 +34,7 @@ import torch
 __all__ = ["bilinear_at", "bilinear_pixels", "bilinear_image", "deform_attend", "msda",
            "msda_grads", "deformable_attention", "deformable_cross_attention",
            "msda_cross_attention", "flat_offset", "sectors", "forward_bytes", "histogram",
-           "racy_histogram", "atomic_tokens", "atomics_kind", "fp32_accum_needed"]
+           "racy_histogram"]
 
 F64 = torch.float64
 
@@ -239,30 +242,3 @@ def racy_histogram(idx: torch.Tensor, n_bins: int, block: int) -> torch.Tensor:
         for b, old in zip(lanes, read):
             counts[b] = old + 1.0
     return torch.tensor(counts, dtype=torch.float32)
-
-
-def atomic_tokens(ptx: str) -> list[str]:
-    """The distinct atomic instructions of a PTX text (``atom.*`` and ``red.*``), sorted: split
-    each line's code (comments dropped) into words and keep those that start like an atomic."""
-    found = set()
-    for line in ptx.splitlines():
-        code = line.split("//", 1)[0]  # a comment holds no instruction
-        for word in code.replace(";", " ").replace(",", " ").split():
-            for head in ("atom.", "red."):
-                if word.startswith(head) and len(word) > len(head):
-                    found.add(word)
-    return sorted(found)
-
-
-def atomics_kind(tokens: list[str]) -> str:
-    """"emulated" when a token is a compare-and-swap, "native" when there is another atomic,
-    "none" when there is none."""
-    if any("cas" in token.split(".") for token in tokens):
-        return "emulated"
-    return "native" if tokens else "none"
-
-
-def fp32_accum_needed(dtype: torch.dtype, capability: tuple[int, int]) -> bool:
-    """Lab 09's switch: a bfloat16 gradient goes through an fp32 buffer on a GPU older than SM 9.0
-    (where a bf16 atomic add is a compare-and-swap loop)."""
-    return dtype == torch.bfloat16 and capability[0] < 9

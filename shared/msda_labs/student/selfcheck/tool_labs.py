@@ -8,6 +8,7 @@ from msda_labs.student import runtime, spec
 from msda_labs.student.selfcheck import Case, Step, describe, small_inputs
 
 # -- lab 09 ---------------------------------------------------------------------------------------
+# The lab's examples come with their answers written out (a worked example, not a general rule).
 # A made-up PTX excerpt with the shapes the lab meets: a native add (twice), a reduction under a
 # predicate, a compare-and-swap loop, and words that only look like atomics.
 PTX = """\
@@ -19,31 +20,39 @@ PTX = """\
     atom.global.gpu.relaxed.add.f32 %f6, [%rd5], %f4;
     mov.u32 %r3, %tid.x;
 """
-TOKEN_SETS = ([], ["red.global.add.f32"], ["atom.global.gpu.relaxed.add.f32"],
-              ["atom.global.add.noftz.bf16", "atom.global.cas.b32"])
+PTX_ATOMICS = ["atom.global.gpu.acq_rel.cas.b32", "atom.global.gpu.relaxed.add.f32",
+               "red.global.add.f32"]
+# Token lists and their verdicts.
+VERDICTS = {"no atomics": ([], "none"),
+            "a native red": (["red.global.add.f32"], "native"),
+            "a native atom": (["atom.global.gpu.relaxed.add.f32"], "native"),
+            "with a cas": (["atom.global.add.noftz.bf16", "atom.global.cas.b32"], "emulated")}
+# The lab's table: which (dtype, GPU) pairs route grad_value through an fp32 buffer.
+THROUGH_FP32 = {(torch.bfloat16, (8, 0)), (torch.bfloat16, (8, 9))}
+SWITCH = [(dt, cap) for dt in (torch.float32, torch.float16, torch.bfloat16)
+          for cap in ((8, 0), (8, 9), (9, 0))]
+LAB_TABLE = "the lab's table (README, The spec)"
 
 
 def _find_atomics(_ns=None) -> Case:
     return Case("a made-up PTX excerpt of 7 lines", {"ptx": f"{len(PTX)} characters"},
-                lambda fn: fn(PTX), lambda: spec.atomic_tokens(PTX))
+                lambda fn: fn(PTX), lambda: PTX_ATOMICS, spec_name="the excerpt's atomics")
 
 
 def _classify(_ns=None) -> Case:
     return Case("four token lists: none, a native red, a native atom, one with a cas",
-                {"tokens": TOKEN_SETS}, lambda fn: tuple(fn(list(t)) for t in TOKEN_SETS),
-                lambda: tuple(spec.atomics_kind(t) for t in TOKEN_SETS),
-                names=("no atomics", "a native red", "a native atom", "with a cas"))
-
-
-SWITCH = [(dt, cap) for dt in (torch.float32, torch.float16, torch.bfloat16)
-          for cap in ((8, 0), (8, 9), (9, 0))]
+                {name: tokens for name, (tokens, _) in VERDICTS.items()},
+                lambda fn: tuple(fn(list(tokens)) for tokens, _ in VERDICTS.values()),
+                lambda: tuple(verdict for _, verdict in VERDICTS.values()), names=tuple(VERDICTS),
+                spec_name=LAB_TABLE)
 
 
 def _switch(_ns=None) -> Case:
     return Case("3 dtypes x 3 GPUs (SM 8.0, 8.9, 9.0)", {},
                 lambda fn: tuple(fn(*a) for a in SWITCH),
-                lambda: tuple(spec.fp32_accum_needed(*a) for a in SWITCH),
-                names=tuple(f"{str(dt)[6:]} on SM {cap[0]}.{cap[1]}" for dt, cap in SWITCH))
+                lambda: tuple(a in THROUGH_FP32 for a in SWITCH),
+                names=tuple(f"{str(dt)[6:]} on SM {cap[0]}.{cap[1]}" for dt, cap in SWITCH),
+                spec_name=LAB_TABLE)
 
 
 # The arguments of lab 08's backward kernel, in order, with what each one is.
@@ -81,13 +90,15 @@ def _compile(_ns=None) -> Case:
             ptx = fn(kernel, "bf16", buffer, cc)
             target = str(ptx_target(ptx) if isinstance(ptx, str) else ptx)
             target = f"sm_{cc}" if target.startswith(f"sm_{cc}") else target  # sm_90a is sm_90
-            found.append(f"{target}, {spec.atomics_kind(spec.atomic_tokens(str(ptx)))}")
+            kind = "emulated" if ".cas." in str(ptx) else \
+                "native" if ("atom." in str(ptx) or "red." in str(ptx)) else "none"
+            found.append(f"{target}, {kind}")
         return tuple(found)
 
     return Case(f"lab 08's backward kernel ({source}), bf16 values and a bf16 accumulator",
                 {}, call, lambda: ("sm_80, emulated", "sm_90, native"),
                 names=("PTX for SM 8.0 (target, atomics)", "PTX for SM 9.0 (target, atomics)"),
-                spec_name="what the lab's table says about bf16 atomics")
+                spec_name=LAB_TABLE)
 
 
 # -- lab 10 ---------------------------------------------------------------------------------------
