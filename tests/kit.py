@@ -84,12 +84,9 @@ class Mutant:
     append: str | None = None
 
     def apply(self, source: str) -> str:
-        for old, new in self.replace:
-            count = source.count(old)
-            if count != 1:
-                raise AssertionError(f"mutant {self.lab}/{self.id}: {old!r} occurs {count} times "
-                                     f"in the chip (it must occur exactly once)")
-            source = source.replace(old, new)
+        from msda_labs.authoring.samples import apply_replacements
+
+        source = apply_replacements(source, self.replace, f"{self.lab}/{self.id}")
         if self.append is not None:
             from msda_labs.gpu.prove import make_variant
 
