@@ -183,3 +183,21 @@ def test_an_exported_lab_carries_what_its_check_needs(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("  OK: agrees with ") == len(steps(9)), proc.stdout + proc.stderr
     assert "chip (msda_labs.chips.lab08)" in proc.stdout
+
+
+def test_check_and_case_work_from_a_notebook():
+    """``check(fn, case(lab, name))`` in-process, as in a notebook: right, wrong, and a stub."""
+    from kit import load_file_module
+
+    from msda_labs.student.check import case, check
+
+    chip = load_file_module(chip_path("lab03"), "selfcheck_nb_lab03")
+    assert check(chip.sectors_touched, case(3, "sectors_touched"), show=False).status == "ok"
+    wrong = check(lambda pattern: 7, case(3, "sectors_touched"), show=False)
+    assert wrong.status == "wrong" and "the spec says" in str(wrong)
+    starter = load_file_module(starter_path("lab03"), "selfcheck_nb_lab03_starter")
+    stub = check(starter.tiling_speedup, case(3, "tiling_speedup"), show=False)
+    assert stub.status == "todo" and stub.task == "3.3"
+    lab07 = load_file_module(chip_path("lab07"), "selfcheck_nb_lab07")
+    report = check(lab07.scatter_grad_value, case(7, "scatter_grad_value", lab07), show=False)
+    assert report.status == "ok", str(report)
