@@ -37,6 +37,7 @@ from msda_labs.student.tolerances import tolerance
 
 __all__ = ["Case", "Part", "Launch", "Report", "check", "case", "run_lab"]
 
+
 @dataclass
 class Report:
     """What one check found. ``status``: ok, wrong, todo (a NotImplementedError naming a task),
@@ -100,8 +101,9 @@ def _tensor_lines(name: str, yours, spec: torch.Tensor, rtol: float, atol: float
         bad = yours.detach().cpu() != spec.detach().cpu().to(yours.dtype)
         count = int(bad.sum())
     lines = []
-    unwritten = is_sentinel(yours.cpu()) if yours.dtype in (torch.float32, torch.float16,
-                                                            torch.bfloat16) else None
+    # Only a kernel's output starts out as the sentinel; elsewhere the bit pattern means nothing.
+    unwritten = is_sentinel(yours.cpu()) if guarded and yours.dtype in (
+        torch.float32, torch.float16, torch.bfloat16) else None
     if yours.is_floating_point():
         nan = torch.isnan(yours.detach().cpu()) & ~torch.isnan(spec.detach().cpu())
         if unwritten is not None:
@@ -243,7 +245,11 @@ def check(fn, case: Case, *, name: str = "", show: bool = True) -> Report:
         return report
     report.seconds = time.perf_counter() - start
     worst: list[float] = []
-    problems = _compare(case, result, case.spec(), worst)
+    try:
+        problems = _compare(case, result, case.spec(), worst)
+    except Exception as exc:  # noqa: BLE001 - e.g. a layer whose projections have other sizes
+        report.status = "crash"
+        problems = [f"CRASH while comparing with the spec: {type(exc).__name__}: {exc}"]
     shapes = ", ".join(f"{k} {_describe(v)}" for k, v in case.inputs.items())
     report.lines = [f"{name} on {case.what}  [{report.seconds:.2f} s]"]
     if shapes:
@@ -258,7 +264,7 @@ def check(fn, case: Case, *, name: str = "", show: bool = True) -> Report:
         report.lines.append("  out: " + ", ".join(f"{n} {_describe(v)}"
                                                   for n, v in zip(case.names, shown)))
     if problems:
-        report.status = "wrong"
+        report.status = "wrong" if report.status == "ok" else report.status
         report.lines += [f"  {line}" for line in problems]
         report.lines.append(f"  (compared with {case.spec_name})")
     else:
