@@ -185,3 +185,14 @@ def workflows(session: nox.Session) -> None:
     workers = os.environ.get("MSDA_SELFTEST_WORKERS", "2")
     session.run("python", "-m", "pytest", str(ROOT / "tests" / "workflows"), "-n", workers,
                 "-q", "-p", "no:cacheprovider", "-rs", *session.posargs, env=env)
+
+
+# ---- progress (issue 13): one learner's ladder in one checkout ---------------------------------
+@nox.session(default=False)
+def progress(session: nox.Session) -> None:
+    """Where you stand across the labs of this checkout: score, status, next task and what each
+    lab runs on; unchanged labs come from the cache in .progress/ (``-- --html progress.html``,
+    ``-- --refresh``, ``-- lab04``)."""
+    _install(session)
+    session.install("jinja2==3.1.6")
+    session.run("python", "-m", "msda_labs", "progress", *session.posargs)

@@ -7,12 +7,11 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from msda_labs.course.manifest import load_manifest
+from msda_labs.mistakes import library
+from msda_labs.mistakes.library import Mutant
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = load_manifest(ROOT / "classroom.yml")
@@ -71,45 +70,14 @@ def messages(result: dict) -> str:
     return "\n".join(t["message"] for _, t in all_tests(result))
 
 
-@dataclass
-class Mutant:
-    lab: str
-    id: str
-    why: str
-    replace: list = field(default_factory=list)
-    expect: str | None = None
-    tasks: list = field(default_factory=list)
-    rules: list = field(default_factory=list)  # ladder rules it breaks (course.ladder)
-    # a whole-submission mutant appended to the chip (msda_labs.mistakes.submissions)
-    append: str | None = None
-
-    def apply(self, source: str) -> str:
-        from msda_labs.authoring.samples import apply_replacements
-
-        source = apply_replacements(source, self.replace, f"{self.lab}/{self.id}")
-        if self.append is not None:
-            from msda_labs.gpu.prove import make_variant
-
-            source = make_variant(source, self.append)
-        return source
-
-
 def whole_submission_mutants() -> list[dict]:
     """The entries of ``mutants/whole.yaml``: mutants appended to any lab's chip, each with the
     labs whose CPU grading must catch it (``labs``)."""
-    return yaml.safe_load((MUTANTS / "whole.yaml").read_text()) or []
+    return library.whole_entries(MUTANTS)
 
 
 def mutants(lab_id: str) -> list[Mutant]:
-    path = MUTANTS / f"{lab_id}.yaml"
-    data = (yaml.safe_load(path.read_text()) or []) if path.is_file() else []
-    found = [Mutant(lab=lab_id, **entry) for entry in data]
-    for entry in whole_submission_mutants():
-        if lab_id in entry.get("labs", ()):
-            fields = {k: v for k, v in entry.items() if k not in ("labs", "id")}
-            found.append(Mutant(lab=lab_id, id=f"whole_{entry['id']}", append=entry["id"],
-                                **fields))
-    return found
+    return library.load(lab_id, MUTANTS)
 
 
 def all_mutants() -> list[Mutant]:

@@ -1,6 +1,7 @@
 """``python -m msda_labs``: grade a lab, and the classroom commands.
 
     python -m msda_labs grade LAB [--submission FILE | --solution] [--json OUT] [--stage S]
+    python -m msda_labs pictures [--check] [NAME|LAB ...]   redraw the handouts' pictures
 
 LAB is a lab id (``lab05`` or ``5``), a lab folder name, or a path to a lab folder (``.`` at the
 root of an exported template). Exit status: 0 whenever grading ran, whatever the score; 2 for a
@@ -87,6 +88,26 @@ def _cmd_sync(ns) -> int:
     return 1 if ((ns.check and drift) or problems) else 0
 
 
+def _cmd_pictures(ns) -> int:
+    from msda_labs.authoring.pictures import sync_pictures
+    from msda_labs.course.manifest import find_manifest, load_manifest
+
+    manifest = load_manifest(find_manifest())
+    folders = {lab.id: lab.folder for lab in manifest.labs}
+    try:
+        drift, problems = sync_pictures(manifest.root, folders, check=ns.check, names=ns.names)
+    except (ValueError, RuntimeError) as exc:
+        raise KitError(str(exc)) from None
+    except ImportError as exc:
+        raise KitError(f"drawing the pictures needs matplotlib ({exc}): "
+                       "pip install -r requirements-dev.txt") from None
+    for path in drift:
+        print(("out of date: " if ns.check else "rewrote: ") + path)
+    for problem in problems:
+        print(f"handout: {problem}")
+    return 1 if ((ns.check and drift) or problems) else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m msda_labs",
                                      description="MSDA Triton course kit")
@@ -113,6 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("labs", nargs="*", help="lab ids (default: every built lab)")
     s.add_argument("--check", action="store_true", help="report drift and exit 1, change nothing")
     s.set_defaults(func=_cmd_sync)
+    p = sub.add_parser("pictures", help="redraw the handouts' pictures (lab-NN-*/img/*.png)")
+    p.add_argument("names", nargs="*", help="picture names or lab ids (default: all)")
+    p.add_argument("--check", action="store_true",
+                   help="report pictures that differ from what the code draws, change nothing")
+    p.set_defaults(func=_cmd_pictures)
     commands.register(sub)
     return parser
 

@@ -33,8 +33,6 @@ import textwrap
 from importlib import metadata
 from pathlib import Path
 
-import yaml
-
 __all__ = ["Sample", "find_samples", "planted_source", "inputs_hash", "render_sample",
            "sync_samples"]
 
@@ -69,25 +67,16 @@ def find_samples(readme_text: str) -> list[Sample]:
 
 
 def planted_source(root: Path, lab_id: str, chip_text: str, mutant_id: str) -> str:
-    """The chip with the mutant ``mutant_id`` of ``tests/mutants/<lab_id>.yaml`` planted (each
-    replacement must occur exactly once)."""
-    path = Path(root) / "tests" / "mutants" / f"{lab_id}.yaml"
-    entries = (yaml.safe_load(path.read_text()) or []) if path.is_file() else []
-    entry = next((e for e in entries if e.get("id") == mutant_id), None)
-    if entry is None:
-        raise ValueError(f"{path}: no mutant {mutant_id!r} (a handout's sample names it)")
-    return apply_replacements(chip_text, entry.get("replace", []), f"{lab_id}/{mutant_id}")
+    """The chip with the mutant ``mutant_id`` of the kit's library (``tests/mutants``) planted."""
+    from msda_labs.mistakes import library
 
-
-def apply_replacements(source: str, replace, name: str) -> str:
-    """``source`` with each ``[old, new]`` of ``replace`` swapped in; ``old`` must occur once."""
-    for old, new in replace:
-        count = source.count(old)
-        if count != 1:
-            raise AssertionError(f"mutant {name}: {old!r} occurs {count} times in the chip (it "
-                                 f"must occur exactly once)")
-        source = source.replace(old, new)
-    return source
+    folder = Path(root) / "tests" / "mutants"
+    mutant = next((m for m in library.load(lab_id, folder, whole=False) if m.id == mutant_id),
+                  None)
+    if mutant is None:
+        raise ValueError(f"{folder / (lab_id + '.yaml')}: no mutant {mutant_id!r} (a handout's "
+                         f"sample names it)")
+    return mutant.apply(chip_text)
 
 
 def inputs_hash(lab_dir: Path, submission: str, what: str) -> str:

@@ -262,7 +262,7 @@ def msda(value, spatial_shapes, level_start_index, sampling_locations, attention
     if B == 0 or Q == 0:
         return value.new_zeros(B, Q, M * D)
     if fp32_grad_accum is None:
-        capability = torch.cuda.get_device_capability(value.device) if value.is_cuda \
+        capability = shipped.device_capability(value.device) if value.is_cuda \
             else DEFAULT_CAPABILITY
         fp32_grad_accum = use_fp32_grad_accum(value.dtype, capability)
     return MSDAFunction.apply(value.contiguous(), spatial_shapes, level_start_index,

@@ -1,4 +1,4 @@
-"""The classroom subcommands of ``python -m msda_labs``: export, regrade, report, insight.
+"""The classroom subcommands of ``python -m msda_labs``: export, regrade, report, insight, progress.
 
     python -m msda_labs export LAB|all --out DIR [--git] [--force] [--reporter-action A@SHA]
     python -m msda_labs export LAB --gradescope OUT.zip        Gradescope autograder zip
@@ -11,6 +11,8 @@
     python -m msda_labs report --runners ID[,ID]               the grading reporter, in a workflow
     python -m msda_labs insight PATH... --out report.html [--due labNN=YYYY-MM-DD] [--threshold F]
                          what the class is getting wrong: one self-contained page (+ CSV, JSON)
+    python -m msda_labs progress [LAB ...] [--html PATH] [--refresh]
+                         one learner's ladder: score, status, next task of every lab (cached)
 """
 
 from __future__ import annotations
@@ -148,10 +150,29 @@ def _cmd_insight(ns) -> int:
     return 0
 
 
+# -------------------------------------------------------------------------------------- progress
+
+def _cmd_progress(ns) -> int:
+    from msda_labs.classroom.progress import ladder_progress, render_table, write_html
+    from msda_labs.course.manifest import find_manifest, load_manifest
+
+    manifest = load_manifest(find_manifest())
+
+    def report(row):
+        print(f"  {row.lab}: {row.status} ({row.how})", file=sys.stderr, flush=True)
+
+    rows = ladder_progress(manifest, ns.labs, refresh=ns.refresh, report=report)
+    print(render_table(rows))
+    if ns.html:
+        print(f"wrote {write_html(rows, ns.html, title=manifest.title)}")
+    return 0
+
+
 # -------------------------------------------------------------------------------------- register
 
 def register(subparsers) -> None:
-    """Add ``export``, ``regrade``, ``report`` and ``insight`` to ``python -m msda_labs``."""
+    """Add ``export``, ``regrade``, ``report``, ``insight`` and ``progress`` to
+    ``python -m msda_labs``."""
     raw = argparse.RawDescriptionHelpFormatter
     e = subparsers.add_parser("export", help="write template repositories (and teacher graders)",
                               description=__doc__, formatter_class=raw)
@@ -224,3 +245,11 @@ def register(subparsers) -> None:
                    help="base URL of the lab folders for the hint links (default: a path to the "
                         "kit's handouts)")
     i.set_defaults(func=_cmd_insight)
+
+    g = subparsers.add_parser("progress", help="where you stand across the labs of this checkout",
+                              description=__doc__, formatter_class=raw)
+    g.add_argument("labs", nargs="*", metavar="LAB", help="lab ids (default: every lab)")
+    g.add_argument("--html", metavar="PATH", help="also write the table as an HTML page")
+    g.add_argument("--refresh", action="store_true",
+                   help="grade again even where the cache (.progress/) holds a result")
+    g.set_defaults(func=_cmd_progress)

@@ -32,14 +32,13 @@ import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-
-import yaml
 
 from msda_labs.classroom.regrade import GradebookRow, write_gradebook
 from msda_labs.errors import KitError
 from msda_labs.grading.results import GradeResult
+from msda_labs.mistakes import library
+from msda_labs.mistakes.library import Mutant, MutantError
 
 __all__ = ["SampleClassError", "Mutant", "load_mutants", "plant", "make_class", "main"]
 
@@ -58,27 +57,6 @@ class SampleClassError(KitError, ValueError):
     """The sample class cannot be made (unknown lab, no mutant library, a grading failure)."""
 
 
-@dataclass(frozen=True)
-class Mutant:
-    """One planted mistake of the mutant library: text replacements in a lab's chip."""
-
-    lab: str
-    id: str
-    why: str
-    replace: tuple
-    expect: str = ""
-    tasks: tuple = ()  # the tasks it loses points in (empty: not declared)
-
-    def apply(self, source: str) -> str:
-        for old, new in self.replace:
-            count = source.count(old)
-            if count != 1:
-                raise SampleClassError(f"mutant {self.lab}/{self.id}: {old[:60]!r} occurs "
-                                       f"{count} times in the source (it must occur once)")
-            source = source.replace(old, new)
-        return source
-
-
 def _kit_root() -> Path:
     from msda_labs.course.manifest import find_manifest
 
@@ -88,15 +66,10 @@ def _kit_root() -> Path:
 def load_mutants(lab_id: str, folder: Path | None = None) -> list[Mutant]:
     """The lab's replacement mutants (``folder``: default the kit's ``tests/mutants``)."""
     folder = Path(folder) if folder else _kit_root() / "tests" / "mutants"
-    path = folder / f"{lab_id}.yaml"
-    if not path.is_file():
-        raise SampleClassError(f"no mutant library for {lab_id} at {path} (pass --mutants DIR, "
-                               f"a folder of labNN.yaml files)")
-    entries = yaml.safe_load(path.read_text()) or []
-    return [Mutant(lab_id, e["id"], " ".join(str(e.get("why", "")).split()),
-                   tuple(tuple(pair) for pair in e["replace"]), e.get("expect") or "",
-                   tuple(str(t) for t in e.get("tasks") or ()))
-            for e in entries if e.get("replace")]
+    if not (folder / f"{lab_id}.yaml").is_file():
+        raise SampleClassError(f"no mutant library for {lab_id} at {folder / f'{lab_id}.yaml'} "
+                               f"(pass --mutants DIR, a folder of labNN.yaml files)")
+    return [m for m in library.load(lab_id, folder, whole=False) if m.replace]
 
 
 def plant(chip: str, mutants: list[Mutant]) -> str | None:
@@ -105,7 +78,7 @@ def plant(chip: str, mutants: list[Mutant]) -> str | None:
     for mutant in mutants:
         try:
             source = mutant.apply(source)
-        except SampleClassError:
+        except MutantError:
             return None
     return source
 

@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from msda_labs.gpu.body import ARTIFACT_ENV, ARTIFACT_SUFFIXES, ensure_importable
-from msda_labs.mistakes.submissions import SUBMISSIONS, appended
+from msda_labs.mistakes.submissions import SUBMISSIONS, planted
 
 __all__ = ["VARIANTS", "make_variant", "Run", "main"]
 
@@ -57,7 +57,7 @@ def make_variant(chip_source: str, variant: str) -> str:
         return chip_source
     if variant not in SUBMISSIONS:
         raise ValueError(f"unknown variant {variant!r}; expected one of {', '.join(VARIANTS)}")
-    return chip_source.rstrip("\n") + "\n" + appended(variant)
+    return planted(chip_source, variant)
 
 
 @dataclass

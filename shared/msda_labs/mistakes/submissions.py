@@ -18,7 +18,7 @@ import re
 
 from msda_labs.mistakes.registry import Catalogue
 
-__all__ = ["SUBMISSIONS", "appended", "bump_public_outputs", "slow_down_public_calls"]
+__all__ = ["SUBMISSIONS", "appended", "bump_public_outputs", "planted", "slow_down_public_calls"]
 
 SUBMISSIONS = Catalogue("whole-submission")
 
@@ -141,3 +141,8 @@ def appended(kind: str) -> str:
         blocks.append(source)
     body = "\n\n".join(blocks)
     return f"\n\n{_MARK.format(kind=kind)}\n{body}\n\n{names[plant.__name__]}(globals())\n"
+
+
+def planted(chip_source: str, kind: str) -> str:
+    """``chip_source`` made the ``kind`` submission: the chip with :func:`appended` at its end."""
+    return chip_source.rstrip("\n") + "\n" + appended(kind)

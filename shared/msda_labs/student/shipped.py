@@ -6,7 +6,7 @@ changes is who does which work (each choice measured on an H200, docs/results/h2
 
 * **Forward: lab 06's tiling.** A program owns ``BLOCK_Q`` queries x all D channels of one
   (batch, head) and walks the ``L * K`` points in turn. On SM 9.0 the launch is the one measured
-  best on an H200 (8 queries and 2 warps for fp32, 16 and 2 for fp16/bf16); elsewhere it is
+  best on an H200 (4 queries and 1 warp for fp32, 16 and 2 for fp16/bf16); elsewhere it is
   autotuned over ``BLOCK_Q`` and ``num_warps`` on a key that changes only with the problem's
   shape class (``Q`` rounded up to a power of two, ``M``, ``D``, ``L``, ``K``, dtypes), and the
   pick is remembered per class so that later calls skip the autotuner's dispatch. Cheaper
@@ -31,6 +31,10 @@ for a new shape class runs the forward's autotuner, which does synchronize; call
 capturing a CUDA graph (the warm-up every graph user does anyway). Under ``torch.compile`` the
 two launchers are opaque custom ops (``msda_labs::shipped_forward``/``shipped_backward``). The
 ``@triton.jit`` kernels themselves are in :mod:`msda_labs.student.shipped_kernels`.
+
+Both kernels are launched through :class:`msda_labs.student.shipped_launch.DirectLauncher`, which
+skips Triton's per-call dispatch once a kernel is compiled (about 30 µs of host time per forward
+on the H200 machine, where a decoder-sized training step is bound by the host).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import triton
 
 from msda_labs.student import runtime
 from msda_labs.student.shipped_kernels import msda_backward_rows_kernel, msda_forward_tiles_kernel
+from msda_labs.student.shipped_launch import DirectLauncher
 
 INT32_LIMIT = 2**31 - 1
 
@@ -70,11 +75,12 @@ def forward_configs() -> list:
 FWD_ORDER = 0
 _FORWARD_TUNED = None
 # Shape class -> launch. On SM 9.0: the launch measured best on an H200 at both presets
-# (docs/results/h200-bench/probe-D*.json: fp32 encoder 212-225 µs with 8 queries x 2 warps,
-# 224-231 with 16 x 2; half precision 148-163 µs with 16 x 2). The autotuner, which times with a
-# flushed L2, had left the fp32 encoder at 233 µs. Elsewhere: the autotuner's pick, remembered,
-# because its own dispatch costs host time on every call.
-SM90_FORWARD = {"fp32": {"BLOCK_Q": 8, "num_warps": 2}, "half": {"BLOCK_Q": 16, "num_warps": 2}}
+# (docs/results/h200-bench/launch-probe-S18.json, 9 tiles, medians of 3 alternating rounds: fp32
+# 4 queries x 1 warp took 9.8 µs at the decoder and 223.6 at the encoder, 8 x 2 10.5 and 222.6;
+# half precision 16 x 2 7.0-7.6 and 150.8-162.6, within 1% of the best at both). The autotuner,
+# which times with a flushed L2, had left the fp32 encoder at 233 µs. Elsewhere: the autotuner's
+# pick, remembered, because its own dispatch costs host time on every call.
+SM90_FORWARD = {"fp32": {"BLOCK_Q": 4, "num_warps": 1}, "half": {"BLOCK_Q": 16, "num_warps": 2}}
 _FORWARD_PICKS: dict = {}
 
 
@@ -92,13 +98,21 @@ def _prepare(value, spatial_shapes, level_start_index, sampling_locations, atten
     value = value.contiguous()
     loc = sampling_locations.contiguous()
     attn = attention_weights.contiguous()
-    shapes = spatial_shapes.to(device=value.device, dtype=torch.int64).contiguous()
+    device = value.device
+    shapes = _int64_on(spatial_shapes, device)
     if level_start_index is None:
         sizes = shapes[:, 0] * shapes[:, 1]
         starts = torch.cumsum(sizes, 0) - sizes  # exclusive prefix sum, on the device
     else:
-        starts = level_start_index.to(device=value.device, dtype=torch.int64).contiguous()
+        starts = _int64_on(level_start_index, device)
     return value, shapes, starts, loc, attn
+
+
+def _int64_on(table, device):
+    """``table`` as a contiguous int64 tensor on ``device`` (itself when it already is one)."""
+    if table.dtype == torch.int64 and table.device == device and table.is_contiguous():
+        return table
+    return table.to(device=device, dtype=torch.int64).contiguous()
 
 
 def _needs_int64(B: int, S: int, Q: int, M: int, D: int, L: int, K: int) -> bool:
@@ -136,32 +150,55 @@ def _forward_launch(value, spatial_shapes, level_start_index, sampling_locations
     _, Q, _, L, K, _ = sampling_locations.shape
     value, shapes, starts, loc, attn = _prepare(value, spatial_shapes, level_start_index,
                                                 sampling_locations, attention_weights)
-    out = torch.empty(B, Q, M, D, dtype=value.dtype, device=value.device)
-    args = (value, shapes, starts, loc, attn, out, Q, S, triton.next_power_of_2(Q))
-    sizes = dict(M=M, D=D, L=L, K=K, IDX64=_needs_int64(B, S, Q, M, D, L, K),
-                 BLOCK_D=triton.next_power_of_2(D))
-    if config is None and runtime.interpreted():
-        config = {"BLOCK_Q": 8, "num_warps": 4}
+    out = torch.empty((B, Q, M, D), dtype=value.dtype, device=value.device)
+    q_bucket = triton.next_power_of_2(Q)
+    idx64 = _needs_int64(B, S, Q, M, D, L, K)
+    block_d = triton.next_power_of_2(D)
     if config is None:
-        key = (args[-1], M, D, L, K, value.dtype, loc.dtype, value.device)
-        config = _FORWARD_PICKS.get(key)
-        if config is None and torch.cuda.get_device_capability(value.device)[0] == 9:
-            config = SM90_FORWARD["fp32" if value.dtype == torch.float32 else "half"]
-            _FORWARD_PICKS[key] = config
-        if config is None:  # first call of this shape class: tune (this one call syncs)
-            tuned = _tuned_forward()
-            tuned[lambda meta: _grid(FWD_ORDER, Q, meta["BLOCK_Q"], B, M)](
-                *args, **sizes, ORDER=FWD_ORDER)
-            best = tuned.best_config
-            _FORWARD_PICKS[key] = dict(best.kwargs, num_warps=best.num_warps,
-                                       num_stages=best.num_stages)
-            return out.view(B, Q, M * D)
-    launch = dict(config)
-    order = launch.pop("ORDER", FWD_ORDER)
-    launch.setdefault("num_warps", 4)
-    msda_forward_tiles_kernel[_grid(order, Q, launch["BLOCK_Q"], B, M)](
-        *args, **sizes, ORDER=order, **launch)
+        config = _forward_config(value, loc, (q_bucket, M, D, L, K))
+    if config is None:  # first call of this shape class off SM 9.0: tune (this one call syncs)
+        tuned = _tuned_forward()
+        tuned[lambda meta: _grid(FWD_ORDER, Q, meta["BLOCK_Q"], B, M)](
+            value, shapes, starts, loc, attn, out, Q, S, q_bucket, M=M, D=D, L=L, K=K,
+            IDX64=idx64, BLOCK_D=block_d, ORDER=FWD_ORDER)
+        best = tuned.best_config
+        _FORWARD_PICKS[(q_bucket, M, D, L, K, value.dtype, loc.dtype, value.device)] = dict(
+            best.kwargs, num_warps=best.num_warps)
+        return out.view(B, Q, M * D)
+    order = config.get("ORDER", FWD_ORDER)
+    block_q = config["BLOCK_Q"]
+    _FORWARD(_grid(order, Q, block_q, B, M),
+             (value, shapes, starts, loc, attn, out, Q, S, q_bucket, M, D, L, K, idx64, order,
+              block_q, block_d), config.get("num_warps", 4))
     return out.view(B, Q, M * D)
+
+
+def _forward_config(value, loc, shape_class: tuple) -> dict | None:
+    """The launch for this shape class: remembered, SM 9.0's table, the interpreter's small
+    tile, or None (not tuned yet)."""
+    if runtime.interpreted():
+        return {"BLOCK_Q": 8, "num_warps": 4}
+    key = shape_class + (value.dtype, loc.dtype, value.device)
+    config = _FORWARD_PICKS.get(key)
+    if config is None and device_capability(value.device)[0] == 9:
+        config = SM90_FORWARD["fp32" if value.dtype == torch.float32 else "half"]
+        _FORWARD_PICKS[key] = config
+    return config
+
+
+_CAPABILITIES: dict = {}
+
+
+def device_capability(device) -> tuple:
+    """``torch.cuda.get_device_capability`` of a CUDA device, asked once per device."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    found = _CAPABILITIES.get(index)
+    if found is None:
+        found = _CAPABILITIES[index] = tuple(torch.cuda.get_device_capability(index))
+    return found
+
+
+_FORWARD = DirectLauncher(msda_forward_tiles_kernel)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -174,6 +211,9 @@ def _forward_launch(value, spatial_shapes, level_start_index, sampling_locations
 # prefer the (batch, head)-major order, half-precision ones the head-major order (a few %).
 BWD_BLOCK_Q = 1
 BWD_NUM_WARPS = 2
+
+
+_BACKWARD = DirectLauncher(msda_backward_rows_kernel)
 
 
 def _bwd_order(accum_dtype: torch.dtype) -> int:
@@ -220,11 +260,10 @@ def _backward_launch(value, spatial_shapes, level_start_index, sampling_location
     grad_attn = torch.empty_like(attn)
     block_q = BLOCK_Q or (2 if runtime.interpreted() else BWD_BLOCK_Q)
     order = _bwd_order(accum_dtype) if order is None else order
-    msda_backward_rows_kernel[_grid(order, Q, block_q, B, M)](
-        value, shapes, starts, loc, attn, grad_out, grad_value, grad_loc, grad_attn, Q, S,
-        M=M, D=D, L=L, K=K, LK=triton.next_power_of_2(L * K),
-        IDX64=_needs_int64(B, S, Q, M, D, L, K), BLOCK_Q=block_q, ORDER=order,
-        BLOCK_D=triton.next_power_of_2(D), num_warps=num_warps or BWD_NUM_WARPS)
+    _BACKWARD(_grid(order, Q, block_q, B, M),
+              (value, shapes, starts, loc, attn, grad_out, grad_value, grad_loc, grad_attn, Q, S,
+               M, D, L, K, triton.next_power_of_2(L * K), _needs_int64(B, S, Q, M, D, L, K),
+               order, block_q, triton.next_power_of_2(D)), num_warps or BWD_NUM_WARPS)
     if grad_value.dtype != value.dtype:
         grad_value = grad_value.to(value.dtype)
     return grad_value, grad_loc, grad_attn
