@@ -151,7 +151,10 @@ def sync_samples(lab_dir: Path, lab_id: str, chip_text: str, readme: Path,
                                  sample.test)
         if body != sample.body or digest(sample.body) != sample.out:
             drift.append(f"{readme} (sample failure {sample.mutant}/{sample.test})")
-        elif check and inputs != sample.inputs:
+        elif inputs != sample.inputs and not check:
+            drift.append(f"{readme} (sample failure {sample.mutant}/{sample.test}: the same "
+                         f"report, its inputs' new hash)")
+        elif inputs != sample.inputs:
             print(f"note: {readme.name} of {lab_id}: the sample {sample.mutant}/{sample.test} is "
                   f"still what the grader reports, but its inputs changed, so this check graded it "
                   f"again; `python -m msda_labs sync` records the new hash", file=sys.stderr)
