@@ -15,7 +15,8 @@ from msda_labs.student.guards import between_guards, cdiv, guarded, pow2, sentin
 from msda_labs.student.selfcheck import Case, Launch, Part, Step, describe, small_inputs
 
 IN_GUARD = 16  # NaN elements around each input of labs 04 and 05
-WIDE_GUARD = 4096  # lab 06's band around every buffer: a wrong chunk offset can reach far
+WIDE_GUARD = 4096  # lab 06's band around every buffer, as its grader lays them out (value's
+# guards NaN, those of the locations and weights 0): a wrong chunk offset can reach far
 NAN = float("nan")
 
 
@@ -105,7 +106,7 @@ def _chunked_kernel(_ns=None) -> Case:
         Q = inputs.sampling_locations.shape[1]
         return launch.forward_into_sentinel(
             kernel, inputs, block_q=8, in_guard=WIDE_GUARD, out_guard=guard,
-            grid=(cdiv(Q, 8), B * M, cdiv(D, 2)), CHUNK_D=2)
+            fills=(NAN, 0.0, 0.0), grid=(cdiv(Q, 8), B * M, cdiv(D, 2)), CHUNK_D=2)
 
     return _forward("BLOCK_Q=8, CHUNK_D=2 (three channel chunks, the last one ragged)", run,
                     guard=WIDE_GUARD)
