@@ -91,7 +91,8 @@ def _problems(lab: str, runs: dict) -> list[str]:
         problems.append(f"{lab} starter: expected one line 'Start with Task {first}: ...', got:\n"
                         + "\n".join(lines))
     chip = runs["chip"]["stdout"]
-    if chip.count("  OK: agrees with ") != n_steps or any(w in chip for w in FINDINGS):
+    # At least every registered step agrees (a lab module may run steps of its own first).
+    if chip.count("  OK: agrees with ") < n_steps or any(w in chip for w in FINDINGS):
         problems.append(f"{lab} chip: expected {n_steps} agreements and no finding:\n{chip}")
     mutant_id, expected = PLANTED[lab]
     if not re.search(expected, runs["planted"]["stdout"]):
