@@ -20,6 +20,7 @@ outside ``if __name__ == "__main__":``), and it is not the grade: ``nox -s labNN
 
 from __future__ import annotations
 
+import ast
 import os
 import pickle
 import re
@@ -28,6 +29,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -321,6 +323,29 @@ def _isolated(run: Callable[[], Report], name: str) -> Report:
         return Report(name, "crash", [f"{name}: CRASH, the process died ({how}); {CRASH_HINT}"])
 
 
+def _task_key(task: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in task.split("."))
+
+
+def _stubs(path: str) -> list[tuple[str, str]]:
+    """The ``raise NotImplementedError("Task X.Y: name")`` statements left in a lab module, as
+    (task, name) in task order, then file order; empty when the file cannot be read."""
+    try:
+        tree = ast.parse(Path(path).read_text())
+    except (OSError, SyntaxError, ValueError):
+        return []
+    found = {}
+    for node in ast.walk(tree):
+        exc = node.exc if isinstance(node, ast.Raise) else None
+        if isinstance(exc, ast.Call) and getattr(exc.func, "id", "") == "NotImplementedError" \
+                and exc.args and isinstance(exc.args[0], ast.Constant) \
+                and isinstance(exc.args[0].value, str):
+            match = re.match(r"Task (\d+\.\d+):?\s*(\S*)", exc.args[0].value)
+            if match:
+                found[(match.group(1), match.group(2) or "its function")] = node.lineno
+    return sorted(found, key=lambda t: (_task_key(t[0]), found[t]))  # by task, then by line
+
+
 def run_lab(lab: int, namespace, extra=()) -> list[Report]:
     """Check every task's function of lab ``lab`` in ``namespace`` (a module's ``globals()``).
 
@@ -333,7 +358,8 @@ def run_lab(lab: int, namespace, extra=()) -> list[Report]:
         The reports, in order. On a module where every function is still a stub, prints one line:
         the task to start with.
     """
-    file = str(namespace.get("__file__", f"lab{lab:02d}.py")).rsplit("/", 1)[-1]
+    path = str(namespace.get("__file__", f"lab{lab:02d}.py"))
+    file = path.rsplit("/", 1)[-1]
     reports, todo = [], []
     for step in (*extra, *steps(lab)):
         fn = namespace.get(step.name)
@@ -348,11 +374,14 @@ def run_lab(lab: int, namespace, extra=()) -> list[Report]:
             todo.append((report.task or step.task, step.name))
             continue
         print(report)
-    if todo:
-        task, name = todo[0]
-        rest = sorted({t for t, _ in todo[1:]} - {task})
+    # What to do first: the lowest task whose stub is still in the file (a helper that no step
+    # runs on its own counts too), else the first step that raised it.
+    stubs = _stubs(path) or sorted(todo, key=lambda t: _task_key(t[0]))
+    if stubs:
+        task, name = stubs[0]
+        rest = sorted({t for t, _ in stubs[1:]} - {task}, key=_task_key)
         later = f" (still to do after it: {', '.join(rest)})" if rest else ""
-        first = "Start with" if len(todo) == len(reports) else "Next"
+        first = "Start with" if all(r.status == "todo" for r in reports) else "Next"
         print(f"{first} Task {task}: {name} in {file} still raises NotImplementedError; write "
               f"the TODO(Task {task}) part, then run `python {file}` again{later}.")
     return reports
