@@ -84,3 +84,60 @@ def test_lab_test_modules_import_only_the_grading_core_and_the_course(tmp_path):
     assert _upward_imports(tmp_path) == ["lab-99-x/tests/probes_lab99.py:1: imports msda_labs.gpu",
                                          "lab-99-x/tests/probes_lab99.py:1: imports "
                                          "msda_labs.gpu.runner"]
+
+
+# The child side: what the grading worker imports before it forks the child that runs a
+# submission. import-linter holds the package's child-side modules to it (pyproject.toml); this
+# holds every lab's probes_labNN.py to it, and the lab modules beside it that a probe imports. A
+# probe may use the student package and the child-side grading modules, nothing else of the kit:
+# no ground truth, no mistakes, no chip (an earlier lab's comes through msda_labs.student.earlier),
+# no judge, no test module.
+_CHILD_SIDE = ("msda_labs.student", "msda_labs.grading.probes", "msda_labs.grading.guards",
+               "msda_labs.grading.spies", "msda_labs.grading.timing", "msda_labs.grading.compare",
+               "msda_labs.grading.bigcase", "msda_labs.grading.submission")
+
+
+def _child_side_problems(folder: Path) -> list[str]:
+    problems = []
+    for probes in sorted(folder.glob("lab-*/tests/probes_lab*.py")):
+        todo, seen = [probes], set()
+        while todo:
+            path = todo.pop()
+            if path in seen:
+                continue
+            seen.add(path)
+            where = path.relative_to(folder)
+            for line, name in _kit_imports(path):
+                top = name.split(".")[0]
+                if top == "msda_labs":
+                    if name in ("msda_labs", "msda_labs.grading") or any(
+                            name == ok or name.startswith(ok + ".") for ok in _CHILD_SIDE):
+                        continue
+                    problems.append(f"{where}:{line}: imports {name}")
+                elif (path.parent / f"{top}.py").is_file():
+                    if top.startswith(("test_", "judge_")) or top.startswith("conftest"):
+                        problems.append(f"{where}:{line}: imports the judge's {top}")
+                    else:
+                        todo.append(path.parent / f"{top}.py")
+    return problems
+
+
+def test_probe_modules_hold_no_ground_truth(tmp_path):
+    """Every lab's probes (lab 05's included) import only the child side."""
+    assert _child_side_problems(ROOT) == []
+    # and the check sees each kind of reach: truth, a chip, a judge module, through a sibling
+    fake = tmp_path / "lab-99-x" / "tests"
+    fake.mkdir(parents=True)
+    (fake / "probes_lab99.py").write_text(
+        "import helper_lab99\nfrom msda_labs.grading.probes import shared_run\n"
+        "from msda_labs.student.cases import make_inputs\n")
+    (fake / "helper_lab99.py").write_text(
+        "import judge_lab99\nfrom msda_labs.truth.reference import msda_reference\n"
+        "import msda_labs.chips.lab99\nfrom msda_labs.grading import plugin\n")
+    (fake / "judge_lab99.py").write_text("")
+    assert _child_side_problems(tmp_path) == [
+        "lab-99-x/tests/helper_lab99.py:1: imports the judge's judge_lab99",
+        "lab-99-x/tests/helper_lab99.py:2: imports msda_labs.truth.reference",
+        "lab-99-x/tests/helper_lab99.py:2: imports msda_labs.truth.reference.msda_reference",
+        "lab-99-x/tests/helper_lab99.py:3: imports msda_labs.chips.lab99",
+        "lab-99-x/tests/helper_lab99.py:4: imports msda_labs.grading.plugin"]

@@ -10,12 +10,14 @@ judge recomputes the expected output from the same weights with its own referenc
 
 Each task is graded on its own: while a layer is tested, the grader swaps in its own correct
 ``bilinear_sample``, ``deform_attend`` and ``msda`` for yours (``probes_lab00.py``), so a bug costs
-points once. This file grades the functions (tasks 0.1, 0.2, 0.5); ``test_lab00_layers.py`` the
+points once (their source goes to the child with each such request: ``judge_lab00.py``). This
+file grades the functions (tasks 0.1, 0.2, 0.5); ``test_lab00_layers.py`` the
 layers (0.3, 0.4, 0.6).
 """
 
 import pytest
 import torch
+from judge_lab00 import parts
 from probes_lab00 import probe_function
 
 from msda_labs.grading import expect_close
@@ -61,9 +63,10 @@ def expect_grads(result, refs, whats, hint, dtype):
         expect_close(res, ref, what=what, dtype=dtype, backward=True)
 
 
-def _expect_calls(submission, name, args, want, message, parts=()):
+def _expect_calls(submission, name, args, want, message, grader_parts=()):
     """A rule on how many grid_sample calls ``name(*args)`` makes; ``{calls}`` in the message."""
-    calls = submission.run(probe_function, name, args, parts=parts, count=True)["calls"]
+    calls = submission.run(probe_function, name, args, parts=parts(grader_parts) if grader_parts
+                           else (), count=True)["calls"]
     if calls != want:
         raise AssertionError(message.replace("{calls}", str(calls)))
 
@@ -154,7 +157,7 @@ def _attend_case(seed, H, W, D, Q, K, softmaxed):
 def _expect_attend(submission, value, points, weights, what):
     Q, K, _ = points.shape
     res = submission.run(probe_function, "deform_attend", (value, points, weights),
-                         parts=("bilinear_sample",))["out"]
+                         parts=parts(("bilinear_sample",)))["out"]
     samples = pixel_reads(value, points.reshape(Q * K, 2)).reshape(Q, K, -1)
     expect_close(res, (weights.unsqueeze(-1) * samples).sum(1), what=what, dtype=torch.float64,
                  expect_dtype=torch.float64,
@@ -183,7 +186,7 @@ def test_deform_attend_one_sampling_call(submission):
     _expect_calls(submission, "deform_attend", (value, points, weights), 1,
                   "rule: deform_attend must read all Q * K points with one bilinear_sample call "
                   "(one grid_sample); 5 queries x 3 points made {calls} grid_sample calls",
-                  parts=("bilinear_sample",))
+                  grader_parts=("bilinear_sample",))
 
 
 # == Task 0.5: msda ===============================================================================

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from judge_lab00 import parts
 from probes_lab00 import probe_layer
 from test_lab00_idea import LAB, MODE, NO_GRADIENT, TASKS, TITLE, expect_grads
 
@@ -99,7 +100,7 @@ def _setup(kind: Kind, layer: Layer, zero_predictors=False):
 
 def _run(submission, kind, layer, state, inputs, **kwargs):
     return submission.run(probe_layer, kind.cls, kind.init_args(layer), state, inputs,
-                          parts=kind.parts, **kwargs)
+                          parts=parts(kind.parts), **kwargs)
 
 
 def _double(state):

@@ -1,16 +1,25 @@
 """Grading tests of lab 01 (the spec). Run them with `nox -s lab01`.
 
-The child runs your functions (directly, or through ``probes_lab01.py``); the judge compares with
-``msda_labs.truth`` and names a familiar mistake from ``msda_labs.mistakes``.
+The child runs your functions through ``probes_lab01.py``, watched for library interpolation;
+the judge compares with ``msda_labs.truth`` and names a familiar mistake from
+``msda_labs.mistakes``. A function that reaches grid_sample (or any interpolation operator, by
+any name) earns nothing: every test of its task checks it, and Task 1.1's tests also read exact
+pixel centres beside huge pixels, where library interpolation's coordinate round trip shows in
+the output itself.
 """
 
 import pytest
 import torch
-from probes_lab01 import sample_many
+from probes_lab01 import call_watched, sample_many
 
 from msda_labs.grading import expect_close
 from msda_labs.mistakes import msda_variants, pixel_reads, pixel_variants
-from msda_labs.truth.cases import STANDARD_CASES, image_and_points, make_inputs
+from msda_labs.truth.cases import (
+    STANDARD_CASES,
+    image_and_points,
+    make_inputs,
+    seeded_generator,
+)
 from msda_labs.truth.reference import msda_reference
 
 LAB = "lab01"
@@ -29,10 +38,50 @@ def _check_rules(submission, name):
                                  f"{banned}(), which is what it is graded against")
 
 
+def _check_ran(res, name):
+    """A result of a watched probe: no library interpolation ran during the call."""
+    found = res.get("forbidden") if isinstance(res, dict) else None
+    if found:
+        raise AssertionError(f"rule: {name} must be plain loops and arithmetic; while it ran, "
+                             f"torch ran {', '.join(found)}: library interpolation, which is "
+                             f"what it is graded against (watched at run time, whatever name "
+                             f"reached it)")
+
+
+# Exact pixel centres of a 7 x 9 image whose other pixels are huge. At a centre the other three
+# corners weigh exactly 0, so the read is the pixel itself, exactly. Library interpolation first
+# normalizes the point and then undoes it, and at these centres the round trip is off by a
+# rounding error (for every usual way of normalizing): times a huge neighbour, that shows.
+_KNOT_SHAPE, _KNOTS = (7, 9, 2), ((1, 0), (0, 1), (1, 1), (1, 2))
+_HUGE = {torch.float64: 1e200, torch.float32: 1e30}
+
+
+def _knots(dtype):
+    gen = seeded_generator(17)
+    knots = []
+    for x, y in _KNOTS:
+        image = torch.full(_KNOT_SHAPE, _HUGE[dtype], dtype=dtype)
+        image[y, x] = torch.randn(_KNOT_SHAPE[2], generator=gen, dtype=dtype)
+        knots.append((image, (x, y)))
+    return knots
+
+
+def _check_knots(res, dtype, knots):
+    for got, (image, (x, y)) in zip(res["knots"], knots):
+        expect_close(got, image[y, x], dtype=dtype,
+                     what=f"bilinear_sample at the pixel centre (x, y) = ({x}, {y}) of a 7x9 image "
+                          f"whose other pixels hold {_HUGE[dtype]:g}: the three other corners "
+                          f"weigh exactly 0 and must add nothing (library interpolation moves "
+                          f"the point by a rounding error, which these pixels magnify)")
+
+
 def _reads(submission, img, points, what):
-    res = submission.run(sample_many, img, points)
-    expect_close(res, pixel_reads(img, points), what=what, dtype=torch.float64,
+    knots = _knots(torch.float64)
+    res = submission.run(sample_many, img, points, knots)
+    _check_ran(res, "bilinear_sample")
+    expect_close(res["out"], pixel_reads(img, points), what=what, dtype=torch.float64,
                  variants=pixel_variants(img, points))
+    _check_knots(res, torch.float64, knots)
 
 
 @pytest.mark.task("1.1", points=1)
@@ -67,7 +116,7 @@ def test_bilinear_zero_padding(submission):
 @pytest.mark.task("1.1", points=1)
 @pytest.mark.rule("floor")
 def test_bilinear_negative_coordinates_round_down(submission):
-    gen = torch.Generator().manual_seed(11)
+    gen = seeded_generator(11)
     img = torch.randn(4, 5, 3, generator=gen, dtype=torch.float64)
     points = torch.tensor([[-0.25, 1.5], [2.5, -0.75], [-0.6, -0.4]], dtype=torch.float64)
     _reads(submission, img, points, "bilinear_sample at negative coordinates of a 4x5 image "
@@ -78,7 +127,7 @@ def test_bilinear_negative_coordinates_round_down(submission):
 @pytest.mark.rule("xy-order")
 def test_bilinear_matches_reference_random(submission):
     _check_rules(submission, "bilinear_sample")
-    img, points = image_and_points(torch.Generator().manual_seed(0), (5, 7, 3), 40, (10.0, 8.0),
+    img, points = image_and_points(seeded_generator(0), (5, 7, 3), 40, (10.0, 8.0),
                                    -1.5)
     _reads(submission, img, points, "bilinear_sample at 40 random points of a 5x7x3 image, "
                                     "many outside it")
@@ -86,8 +135,11 @@ def test_bilinear_matches_reference_random(submission):
 
 @pytest.mark.task("1.1", points=1)
 def test_bilinear_keeps_dtype_and_shape(submission):
-    img = torch.randn(4, 6, 5, generator=torch.Generator().manual_seed(3))
-    res = submission.call("bilinear_sample", img, 1.25, 2.5)
+    img = torch.randn(4, 6, 5, generator=seeded_generator(3))
+    knots = _knots(torch.float32)
+    watched = submission.run(call_watched, "bilinear_sample", img, 1.25, 2.5, knots=knots)
+    _check_ran(watched, "bilinear_sample")
+    res = watched["out"]
     if not isinstance(res, torch.Tensor) or tuple(res.shape) != (5,) or res.dtype != torch.float32:
         shape = tuple(res.shape) if isinstance(res, torch.Tensor) else type(res).__name__
         dtype = res.dtype if isinstance(res, torch.Tensor) else "-"
@@ -95,6 +147,7 @@ def test_bilinear_keeps_dtype_and_shape(submission):
                              f"tensor of shape (5,); got {shape} {dtype}")
     expect_close(res, pixel_reads(img, torch.tensor([[1.25, 2.5]]))[0], dtype=torch.float32,
                  what="bilinear_sample(float32 image, 1.25, 2.5)")
+    _check_knots(watched, torch.float32, knots)
 
 
 @pytest.mark.task("1.2", points=2)
@@ -103,9 +156,10 @@ def test_bilinear_keeps_dtype_and_shape(submission):
 def test_naive_matches_reference(submission, case):
     inputs = make_inputs(case, torch.float64)
     value, shapes, _starts, loc, attn = inputs
-    res = submission.call("msda_naive_student", value, shapes, loc, attn)
+    res = submission.run(call_watched, "msda_naive_student", value, shapes, loc, attn)
     _check_rules(submission, "msda_naive_student")
-    expect_close(res, msda_reference(value, shapes, loc, attn), dtype=torch.float64,
+    _check_ran(res, "msda_naive_student")
+    expect_close(res["out"], msda_reference(value, shapes, loc, attn), dtype=torch.float64,
                  what="msda_naive_student", case=case.describe(), variants=msda_variants(inputs))
 
 
@@ -113,7 +167,8 @@ def test_naive_matches_reference(submission, case):
 def test_naive_keeps_dtype(submission):
     case = STANDARD_CASES[0]
     value, shapes, _starts, loc, attn = make_inputs(case, torch.float32)
-    res = submission.call("msda_naive_student", value, shapes, loc, attn)
-    expect_close(res, msda_reference(value.double(), shapes, loc.double(), attn.double()),
+    res = submission.run(call_watched, "msda_naive_student", value, shapes, loc, attn)
+    _check_ran(res, "msda_naive_student")
+    expect_close(res["out"], msda_reference(value.double(), shapes, loc.double(), attn.double()),
                  dtype=torch.float32, expect_dtype=torch.float32,
                  what="msda_naive_student on float32 inputs", case=case.describe())

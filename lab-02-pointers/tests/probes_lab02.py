@@ -1,7 +1,10 @@
 """Probes of lab 02: what the isolated child runs against your module (no test functions here).
 
 Results come back as plain data: ``as_int`` / ``as_bool`` describe what a function returned
-without trusting its type, and :class:`Watch` records how ``flat_msda`` touches its tensors.
+without trusting its type, and :class:`Watch` records how ``flat_msda`` touches its tensors:
+every call of ``flat_msda`` runs watched, also for the interpolation operators that ran
+(``msda_labs.grading.spies.ForbiddenOps``) and for whether it read ``value`` through its flat
+view at all.
 """
 
 import sys
@@ -9,7 +12,8 @@ import sys
 import torch
 from torch.overrides import TorchFunctionMode
 
-from msda_labs.truth.cases import make_inputs
+from msda_labs.grading.spies import ForbiddenOps
+from msda_labs.student.cases import make_inputs
 
 
 def as_int(res):
@@ -98,6 +102,7 @@ class Watch(TorchFunctionMode):
         self.keep: list[torch.Tensor] = []
         self.violations: list[str] = []
         self.narrow: list[str] = []
+        self.read_flat: set[str] = set()  # data tensors read through a flat view
         self.calls = 0
         for name, tensor in tensors.items():
             self._mark(tensor, name, "nd")
@@ -112,6 +117,8 @@ class Watch(TorchFunctionMode):
             found.append(what)
 
     def _judge(self, fname, name, kind, tensor, result):
+        if fname == "take" or (kind == "flat" and fname not in _META | _NO_READ | _FLATTEN):
+            self.read_flat.add(name)  # torch.take reads any tensor as flat
         if fname in _META or fname in _NO_READ:
             return
         res = result if isinstance(result, torch.Tensor) else None
@@ -145,18 +152,35 @@ class Watch(TorchFunctionMode):
         return result
 
 
+def _data(value, loc, attn) -> dict:
+    return {"value": value, "sampling_locations": loc, "attention_weights": attn}
+
+
 def watched_call(module, inputs):
+    """One flat_msda call, watched; an error it raised is forgiven when a rule it broke may have
+    caused it (the judge reports the rule)."""
     value, shapes, starts, loc, attn = inputs
-    watch = Watch({"value": value, "sampling_locations": loc, "attention_weights": attn})
+    watch = Watch(_data(value, loc, attn))
     error, out = None, None
-    with watch:
+    with watch, ForbiddenOps() as spy:
         try:
             out = module.flat_msda(value, shapes, starts, loc, attn)
         except Exception as exc:  # noqa: BLE001 - a rule violation may have caused it
             error = exc
     if error is not None and not watch.violations and not watch.narrow:
         raise error
-    return {"violations": watch.violations, "narrow": watch.narrow, "out": out}
+    return {"violations": watch.violations, "narrow": watch.narrow, "out": out,
+            "forbidden": spy.found, "read_flat": sorted(watch.read_flat)}
+
+
+def checked_call(module, inputs):
+    """One flat_msda call (its errors propagate): the output, the interpolation operators that
+    ran and which data tensors it read through a flat view."""
+    value, shapes, starts, loc, attn = inputs
+    watch = Watch(_data(value, loc, attn))
+    with watch, ForbiddenOps() as spy:
+        out = module.flat_msda(value, shapes, starts, loc, attn)
+    return {"out": out, "forbidden": spy.found, "read_flat": sorted(watch.read_flat)}
 
 
 def work_done(module, cases):
@@ -176,12 +200,13 @@ def work_done(module, cases):
     for case in cases:
         value, shapes, starts, loc, attn = make_inputs(case, torch.float64)
         lines[0] = 0
-        watch = Watch({})
-        with watch:
+        watch = Watch(_data(value, loc, attn))
+        with watch, ForbiddenOps() as spy:
             sys.settrace(tracer)
             try:
-                outs.append(module.flat_msda(value, shapes, starts, loc, attn))
+                out = module.flat_msda(value, shapes, starts, loc, attn)
             finally:
                 sys.settrace(None)
+        outs.append({"out": out, "forbidden": spy.found, "read_flat": sorted(watch.read_flat)})
         counts.append((lines[0], watch.calls))
     return counts, outs

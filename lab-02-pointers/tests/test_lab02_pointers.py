@@ -1,12 +1,21 @@
 """Grading tests of lab 02 (tensors are pointers). Run them with `nox -s lab02`.
 
 The child runs your functions through ``probes_lab02.py``; the judge compares with
-``msda_labs.truth`` and names a familiar mistake from ``msda_labs.mistakes``.
+``msda_labs.truth`` and names a familiar mistake from ``msda_labs.mistakes``. Every call of
+``flat_msda`` runs watched: one that reaches library interpolation (by any name), or that never
+reads ``value`` through its flat view, earns nothing in Task 2.2 (``_check_gathered``).
 """
 
 import pytest
 import torch
-from probes_lab02 import flat_indices, max_indices, overflow_answers, watched_call, work_done
+from probes_lab02 import (
+    checked_call,
+    flat_indices,
+    max_indices,
+    overflow_answers,
+    watched_call,
+    work_done,
+)
 
 from msda_labs.grading import expect_close
 from msda_labs.mistakes import msda_variants
@@ -91,15 +100,31 @@ def _check_banned(submission):
                                  f"{banned}(), which is what it is graded against")
 
 
+def _check_gathered(found):
+    """What the watch saw of one flat_msda call: no library interpolation ran, by any name, and
+    ``value`` was read through its flat view (the exercise: a stand-in that computes MSDA some
+    other way earns nothing in Task 2.2)."""
+    if found.get("forbidden"):
+        raise AssertionError(f"rule: flat_msda must gather by hand from flat buffers; while it "
+                             f"ran, torch ran {', '.join(found['forbidden'])}: library "
+                             f"interpolation, which is what it is graded against (watched at run "
+                             f"time, whatever name reached it)")
+    if "value" not in found.get("read_flat", ()):
+        raise AssertionError("rule: flat_msda must gather from the flat buffer: it computed its "
+                             "output without one read of value through a flat view "
+                             "(value.reshape(-1)[offsets])")
+
+
 @pytest.mark.task("2.2", points=2)
 @pytest.mark.parametrize("case", FP64_CASES, ids=lambda c: c.id)
 @pytest.mark.rule("mask-corners", "zero-padding", "half-pixel", "floor", "xy-order", "level-starts")
 def test_flat_msda_matches_reference(submission, case):
     inputs = make_inputs(case, torch.float64)
     value, shapes, starts, loc, attn = inputs
-    res = submission.call("flat_msda", value, shapes, starts, loc, attn)
+    found = submission.run(checked_call, inputs)
     _check_banned(submission)
-    expect_close(res, msda_reference(value, shapes, loc, attn), dtype=torch.float64,
+    _check_gathered(found)
+    expect_close(found["out"], msda_reference(value, shapes, loc, attn), dtype=torch.float64,
                  expect_dtype=torch.float64, what="flat_msda", case=case.describe(),
                  variants=msda_variants(inputs))
 
@@ -109,18 +134,21 @@ def test_flat_msda_matches_reference(submission, case):
 def test_flat_msda_float32(submission, case):
     inputs = make_inputs(case, torch.float32)
     value, shapes, starts, loc, attn = inputs
-    res = submission.call("flat_msda", value, shapes, starts, loc, attn)
+    found = submission.run(checked_call, inputs)
+    _check_gathered(found)
     ref = msda_reference(value.double(), shapes, loc.double(), attn.double())
-    expect_close(res, ref, dtype=torch.float32, expect_dtype=torch.float32,
+    expect_close(found["out"], ref, dtype=torch.float32, expect_dtype=torch.float32,
                  what="flat_msda on float32 inputs", case=case.describe(),
                  variants=msda_variants(inputs))
 
 
-def _expect_right(res, case, rule):
-    """A rule earns its points only on a flat_msda that computes the right output."""
+def _expect_right(found, case, rule):
+    """A rule earns its points only on a flat_msda that computes the right output, gathering by
+    hand."""
     value, shapes, _starts, loc, attn = make_inputs(case, torch.float64)
     try:
-        expect_close(res, msda_reference(value, shapes, loc, attn), dtype=torch.float64,
+        _check_gathered(found)
+        expect_close(found["out"], msda_reference(value, shapes, loc, attn), dtype=torch.float64,
                      what="flat_msda", case=case.describe())
     except AssertionError as exc:
         raise AssertionError(f"{rule} is graded on a flat_msda that computes MSDA; {exc}") \
@@ -135,7 +163,7 @@ def test_flat_msda_reads_only_flat_views(submission):
             "rule: flat_msda may touch value, sampling_locations and attention_weights only "
             "through flat 1-D views (x.reshape(-1)), the way a kernel sees memory; it used "
             + "; ".join(found["violations"]))
-    _expect_right(found["out"], OUT_OF_BOUNDS, "the flat-views rule")
+    _expect_right(found, OUT_OF_BOUNDS, "the flat-views rule")
 
 
 @pytest.mark.task("2.2", points=1)
@@ -146,7 +174,7 @@ def test_flat_msda_index_math_in_int64(submission):
         raise AssertionError(
             "rule: index math must be int64 (int32 offsets overflow at production sizes, see "
             "Task 2.3); in flat_msda " + "; ".join(found["narrow"]))
-    _expect_right(found["out"], MULTI_LEVEL, "the int64 rule")
+    _expect_right(found, MULTI_LEVEL, "the int64 rule")
 
 
 _GROWTH_BASE = Case("vec_base", B=1, Q=2, M=1, D=2, shapes=((3, 4), (2, 2)), K=2,

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from judge_lab03 import parts
 from probes_lab03 import efficiencies, min_bytes, sector_counts, speedups
 
 from msda_labs.mistakes.memory import BYTES, EFFICIENCY, SECTORS
@@ -103,7 +104,7 @@ def test_sectors_touched_masked_lanes(submission):
 
 def _check_efficiency(submission, ids, what):
     patterns = [PATTERNS[i][0]() for i in ids]
-    res = submission.run(efficiencies, patterns)
+    res = submission.run(efficiencies, patterns, parts(("sectors_touched",)))
     for (kind, got), pid, p in zip(res, ids, patterns):
         sectors = PATTERNS[pid][1]
         ref = p.useful_bytes / (sectors * SECTOR_BYTES)
@@ -186,7 +187,7 @@ def test_forward_min_bytes_returns_an_int(submission):
 # -- Task 3.3 ----------------------------------------------------------------------------------
 
 def _check_speedups(submission, calls, what):
-    res = submission.run(speedups, calls)
+    res = submission.run(speedups, calls, parts(("sectors_touched", "efficiency")))
     for (kind, got), kwargs in zip(res, calls):
         ref = tiling_speedup(**kwargs)
         shown = ", ".join(f"{k}={v}" for k, v in kwargs.items())

@@ -3,8 +3,8 @@
 Each function takes the student's module first and returns tensors or plain data for the judge
 (test_lab06_fast.py). The interpreter probes launch the chunked kernel themselves on guarded
 inputs (value between NaN guards, loc and attn between zero guards) into an output pre-filled
-with a NaN sentinel, whose guards come back too; the GPU probes time with
-msda_labs.grading.timing.
+with a NaN sentinel, whose guards come back too; the GPU probes time your launches with
+msda_labs.grading.timing (the judge times the chip's itself: judge_lab06.with_chip).
 """
 
 import torch
@@ -12,12 +12,10 @@ import torch
 from msda_labs.grading import probes, timing
 from msda_labs.grading.guards import cdiv, sentinel_buffer
 from msda_labs.student import runtime
-from msda_labs.truth.cases import make_inputs
+from msda_labs.student.cases import make_inputs
 
 GUARD = 4096  # elements of padding around the buffers the grader launches on
 NAN = float("nan")
-WIDE_BASELINES = (("lab06", "msda_forward_chunked"), ("lab05", "msda_forward"))
-TUNED_BASELINES = (("lab06", "msda_forward_autotuned"), ("lab05", "msda_forward"))
 
 
 def _split(buf, shape):
@@ -137,36 +135,20 @@ def gpu_race(module, case, chunks):
     return {**timing.race_all(fns, keep=()), "outputs": outs}
 
 
-def chip_baseline(candidates):
-    """The first of ``candidates`` ((lab, name) pairs) whose chip this copy of the kit carries
-    (an exported lab carries earlier labs' chips only), as a private copy."""
-    for lab_id, name in candidates:
-        fn = timing.chip_function(lab_id, name)
-        if fn is not None:
-            return fn, f"the {lab_id} chip's {name}"
-    return None, "none (this copy of the kit has no chip to compare with)"
-
-
 def gpu_speed(module, case):
-    """Your wide launch (the wrapper's defaults) beside the chip's: outputs, device time and
-    end-to-end time per call."""
+    """Your wide launch (the wrapper's defaults): output, device time and end-to-end time per
+    call (the judge times the chip beside it: judge_lab06.with_chip)."""
     inputs = make_inputs(case, torch.float16, device="cuda")
-    chip, source = chip_baseline(WIDE_BASELINES)
     shape = (case.B, case.Q, case.M, case.D)
     out = _poisoned(lambda: module.msda_forward_chunked(*inputs), shape, torch.float16)
-    fns = {"yours": lambda: module.msda_forward_chunked(*inputs)}
-    chip_out = None
-    if chip is not None:
-        chip_out = _poisoned(lambda: chip(*inputs), shape, torch.float16)
-        fns["chip"] = lambda: chip(*inputs)
     torch.cuda.synchronize()
-    return {"out": out, "chip_out": chip_out, "baseline": source,
-            **timing.race_all(fns, keep=(), with_end_to_end=True)}
+    fns = {"yours": lambda: module.msda_forward_chunked(*inputs)}
+    return {"out": out, **timing.race_all(fns, keep=(), with_end_to_end=True)}
 
 
 def gpu_autotune(module, case):
     """The default-config autotuned launcher (tunes on its first call), timed beside your
-    fixed-config wrapper and the chip's kernel."""
+    fixed-config wrapper (the judge times the chip's kernel: judge_lab06.with_chip)."""
     inputs = make_inputs(case, torch.float16, device="cuda")
     kernel = module.make_autotuned_forward()
     out = _poisoned(lambda: module.msda_forward_autotuned(*inputs, kernel=kernel),
@@ -174,10 +156,7 @@ def gpu_autotune(module, case):
     torch.cuda.synchronize()
     fns = {"autotuned": lambda: module.msda_forward_autotuned(*inputs, kernel=kernel),
            "fixed": lambda: module.msda_forward_chunked(*inputs)}
-    baseline, source = chip_baseline(TUNED_BASELINES)
-    if baseline is not None:
-        fns["chip"] = lambda: baseline(*inputs)
     measured = timing.race_all(fns, keep=(), with_end_to_end=True)
     best = getattr(kernel, "best_config", None)
     return {"out": out, "best_config": describe_config(best) if best is not None else None,
-            "n_configs": len(getattr(kernel, "configs", [])), "baseline": source, **measured}
+            "n_configs": len(getattr(kernel, "configs", [])), **measured}

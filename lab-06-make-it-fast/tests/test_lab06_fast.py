@@ -228,7 +228,8 @@ def test_gpu_race_wide_beats_narrow(submission):
 @pytest.mark.stage("gpu")
 @pytest.mark.task("6.1", points=2)
 def test_gpu_speed_against_chip(submission):
-    res = submission.run(probes.gpu_speed, DECODER)
+    res = judge.with_chip(submission.run(probes.gpu_speed, DECODER), DECODER,
+                          judge.WIDE_BASELINES)
     judge.expect_forward(res["out"], DECODER, torch.float16,
                     "msda_forward_chunked with its defaults (the wide tiling) on the GPU")
     if res["chip_out"] is None:
@@ -240,7 +241,8 @@ def test_gpu_speed_against_chip(submission):
 @pytest.mark.stage("gpu")
 @pytest.mark.task("6.2", points=2)
 def test_gpu_autotuned_vs_fixed_and_chip(submission):
-    res = submission.run(probes.gpu_autotune, DECODER)
+    res = judge.with_chip(submission.run(probes.gpu_autotune, DECODER), DECODER,
+                          judge.TUNED_BASELINES)
     judge.expect_forward(res["out"], DECODER, torch.float16,
                     "msda_forward_autotuned (default configs) on the GPU")
     judge.autotune_speed_verdict(submission, res)

@@ -233,3 +233,35 @@ def check_timed_gradients(measured, refs, dtype, where):
     for name, got, ref in zip(NAMES, res, refs):
         expect_close(got, ref, what=f"msda_backward {name} (the call that is timed) on the GPU",
                      case=where, dtype=dtype, backward=True, expect_dtype=dtype)
+
+
+def speed_baselines(case, dtype_name: str) -> dict:
+    """The baselines of the speed test, on the judge's own copy of the inputs the speed probe
+    builds (same seeds, same device): the reference's forward + backward, its forward alone,
+    and the lab 08 chip's msda_backward where this copy of the kit carries it."""
+    from probes_lab08 import upstream
+
+    from msda_labs.grading.baseline import chip_function
+    from msda_labs.truth.reference import msda_reference
+
+    dtype = getattr(torch, dtype_name)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"  # the CPU: the kit's plumbing tests
+    value, shapes, starts, loc, attn = make_inputs(case, dtype, device=dev)
+    grad_out = upstream(case).to(device=dev, dtype=dtype)
+    # The reference reads the level sizes as Python ints: from a CPU copy, so that no call waits
+    # for the device (a call that waits cannot be captured in a CUDA graph).
+    host_shapes = shapes.cpu()
+    leaves = tuple(t.detach().requires_grad_() for t in (value, loc, attn))
+
+    def reference_forward_backward():
+        out = msda_reference(leaves[0], host_shapes, leaves[1], leaves[2])
+        return torch.autograd.grad(out, leaves, grad_out)
+
+    def reference_forward():
+        with torch.no_grad():
+            return msda_reference(leaves[0], host_shapes, leaves[1], leaves[2])
+
+    chip = chip_function("lab08", "msda_backward")
+    return {"reference": reference_forward_backward, "reference_forward": reference_forward,
+            "chip": None if chip is None else (lambda: chip(value, shapes, starts, loc, attn,
+                                                            grad_out))}

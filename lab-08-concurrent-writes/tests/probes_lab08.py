@@ -3,27 +3,20 @@
 Each function takes the student's module first and returns tensors or plain data for the judge
 (test_lab08_atomics.py). The kernels are launched here, with the signatures the lab fixes, on
 inputs between guard bands into outputs between guards (msda_labs.grading.probes); the grader's
-own racy kernel is lab08_race.py, imported only here.
+own racy kernel is lab08_race.py, imported only here, and only in a child that runs no
+prediction (:func:`racy_probe`). No reference is computed here: the judge (judge_lab08.py, the
+test module) computes every expected value and times the speed baselines itself.
 """
 
-import os
 
 import torch
 
 from msda_labs.grading import probes, timing
 from msda_labs.grading.guards import between_guards, cdiv, guarded, sentinel_buffer
 from msda_labs.student import runtime
-from msda_labs.truth.cases import make_inputs, seeded_generator
-from msda_labs.truth.reference import msda_reference
+from msda_labs.student.cases import make_inputs, seeded_generator
 
 RACE_N, RACE_BINS, RACE_SEED = 1_000_000, 64, 21
-
-if os.environ.get("TRITON_INTERPRET") == "1":
-    # In the interpreter worker: pay the interpreter's one-off costs once, before the worker
-    # forks a child per test.
-    import lab08_race
-
-    lab08_race.warm_up()
 
 
 def upstream(case) -> torch.Tensor:
@@ -36,16 +29,17 @@ def race_indices() -> torch.Tensor:
     return torch.randint(0, RACE_BINS, (RACE_N,), generator=seeded_generator(RACE_SEED))
 
 
-def race_probe(module, idx, n_bins, block, measure):
-    """The submission's prediction, and what the grader's own racy kernel returns."""
-    idx = idx.to(runtime.device())
-    pred = module.predict_racy_histogram(idx, n_bins, block)
-    measured = None
-    if measure:
-        import lab08_race
+def race_probe(module, idx, n_bins, block):
+    """The submission's prediction (the grader's racy kernel is not in this child)."""
+    return module.predict_racy_histogram(idx.to(runtime.device()), n_bins, block)
 
-        measured = lab08_race.racy_histogram(idx, n_bins, block)
-    return pred, measured
+
+def racy_probe(module, idx, n_bins, block):
+    """What the grader's own racy kernel returns, in a child of its own; the judge checks it
+    against its rule before it compares the prediction with it."""
+    import lab08_race
+
+    return lab08_race.racy_histogram(idx.to(runtime.device()), n_bins, block)
 
 
 def hist_guard(block: int) -> int:
@@ -118,31 +112,11 @@ def gpu_backward_probe(module, case, dtype_name, fp32_grad_accum):
 
 
 def speed_probe(module, case, dtype_name):
-    """msda_backward, the reference's forward + backward and forward alone, and (where the kit
-    has it) the lab 08 chip, on the same device inputs, timed side by side; the gradients of
-    your first call come back."""
+    """msda_backward on the case's device inputs, timed (the judge times the baselines on the
+    same inputs itself); the gradients of your first call come back."""
     dtype = getattr(torch, dtype_name)
     dev = runtime.device()
     value, shapes, starts, loc, attn = make_inputs(case, dtype, device=dev)
     grad_out = upstream(case).to(device=dev, dtype=dtype)
-    # The reference reads the level sizes as Python ints: from a CPU copy, so that no call waits
-    # for the device (a call that waits cannot be captured in a CUDA graph).
-    host_shapes = shapes.cpu()
-    leaves = tuple(t.detach().requires_grad_() for t in (value, loc, attn))
-
-    def reference_forward_backward():
-        out = msda_reference(leaves[0], host_shapes, leaves[1], leaves[2])
-        return torch.autograd.grad(out, leaves, grad_out)
-
-    def reference_forward():
-        with torch.no_grad():
-            return msda_reference(leaves[0], host_shapes, leaves[1], leaves[2])
-
-    chip = timing.chip_function("lab08", "msda_backward")
     return timing.race_all({
-        "yours": lambda: module.msda_backward(value, shapes, starts, loc, attn, grad_out),
-        "reference": reference_forward_backward,
-        "reference_forward": reference_forward,
-        "chip": None if chip is None else (lambda: chip(value, shapes, starts, loc, attn,
-                                                        grad_out)),
-    })
+        "yours": lambda: module.msda_backward(value, shapes, starts, loc, attn, grad_out)})

@@ -65,3 +65,108 @@ def check_grads(res, case, dtype_name, what):
 def run_msda(submission, case, dtype_name, **kwargs):
     """:func:`probes_lab10.msda_probe` in the isolated child."""
     return submission.run(probes.msda_probe, case, dtype_name, **kwargs)
+
+
+STANDIN_HINT = ("the operator must run the kernels (msda_forward and msda_backward as loaded at "
+                "the top of lab10.py); an operator that computes MSDA some other way, a PyTorch "
+                "stand-in for instance, earns nothing in the final exam")
+
+
+def check_kernels_ran(res, what, backward=True):
+    """The final exam's rule, as watched inside the child: the operator's forward launched at
+    least one Triton kernel, and so did its backward (when it ran)."""
+    launched = res.get("launched") if isinstance(res, dict) else None
+    if not isinstance(launched, dict):
+        raise AssertionError(f"{what}: no record of the kernels the operator launched")
+    for part in ("forward", "backward") if backward else ("forward",):
+        names = launched.get(part)
+        if not isinstance(names, list) or not names:
+            raise AssertionError(f"{what}: msda's {part} launched no Triton kernel; "
+                                 f"{STANDIN_HINT}")
+
+
+def compiled_kernels(folder, since: float, until: float) -> list[str]:
+    """The names of the kernels Triton compiled into its cache folder ``folder`` between the
+    times ``since`` and ``until`` (``time.time()``), read from each compiled kernel's metadata
+    file (``<hash>/<kernel name>.json`` beside its binary; the ``__grp__*.json`` files only group
+    a kernel's files). Sorted, without duplicates; empty when there is none."""
+    import json
+    from pathlib import Path
+
+    root = Path(folder) if isinstance(folder, str) and folder else None
+    if root is None or not root.is_dir():
+        return []
+    names = set()
+    for meta in root.glob("*/*.json"):
+        try:
+            written = meta.stat().st_mtime
+            if meta.name.startswith("__grp__") or not since <= written <= until:
+                continue
+            data = json.loads(meta.read_text())
+        except (OSError, ValueError):
+            continue
+        name = data.get("name") if isinstance(data, dict) else None
+        binaries = (meta.with_suffix(ext) for ext in (".cubin", ".hsaco"))
+        if isinstance(name, str) and name and any(b.is_file() for b in binaries):
+            names.add(name)
+    return sorted(names)
+
+
+def run_compiled(submission, case, dtype_name):
+    """:func:`probes_lab10.kernel_cache_probe` in the child, timed by the judge's clock: the
+    result, with ``"compiled"``: {part: names of the kernels written to Triton's cache on the
+    disk during that part of the call} (see :func:`check_compiled_kernels`)."""
+    import time
+
+    start = time.time()
+    res = submission.run(probes.kernel_cache_probe, case, dtype_name)
+    end = time.time()
+    if isinstance(res, dict):
+        split = res.get("backward_from")
+        split = split if isinstance(split, float) and start <= split <= end else end
+        folder = res.get("cache_dir")
+        res["compiled"] = {"forward": compiled_kernels(folder, start, split),
+                           "backward": compiled_kernels(folder, split, end)}
+    return res
+
+
+def check_compiled_kernels(res, what):
+    """The final exam's rule, observed by the judge on the GPU: during msda's forward and during
+    its backward, Triton wrote at least one compiled kernel (metadata and binary) to its cache
+    on the disk."""
+    compiled = res.get("compiled") if isinstance(res, dict) else None
+    if not isinstance(compiled, dict):
+        raise AssertionError(f"{what}: no record of the kernels Triton compiled")
+    for part in ("forward", "backward"):
+        if not compiled.get(part):
+            raise AssertionError(f"{what}: Triton compiled no kernel during msda's {part} "
+                                 f"(read from its cache on the disk); {STANDIN_HINT}")
+
+
+def with_speed_baselines(measured, case, dtype_name):
+    """The speed probe's result with the judge's own times of the same training step of the
+    PyTorch reference and, where this copy of the kit carries it, the lab 10 chip, on the same
+    seeded inputs on the device (msda_labs.grading.baseline)."""
+    import torch
+
+    from msda_labs.grading.baseline import chip_function, with_baselines
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"  # the CPU: the kit's plumbing tests
+    value, shapes, starts, loc, attn = make_inputs(case, DTYPES[dtype_name], dev)
+    leaves = tuple(t.requires_grad_(True) for t in (value, loc, attn))
+    grad = probes.grad_out(case, dtype_name, value.device)
+    # The reference reads the level sizes as Python ints: from a CPU copy, so that it does not
+    # wait for the device.
+    host_shapes = shapes.cpu()
+
+    def step(forward):
+        def run():
+            out = forward()
+            return (out, *torch.autograd.grad(out, leaves, grad))
+        return run
+
+    chip = chip_function("lab10", "msda")
+    return with_baselines(measured, {
+        "reference": step(lambda: msda_reference(value, host_shapes, loc, attn)),
+        "chip": None if chip is None else step(lambda: chip(value, shapes, starts, loc, attn)),
+    })

@@ -1,9 +1,12 @@
 """Probes of lab 10: what the isolated child runs. The judge: test_lab10_operator.py (Tasks
 10.1-10.3) and test_lab10_suite.py (Task 10.4).
 
-Inputs are seeded and built on the device under test here; the judge rebuilds them on the CPU
-from the same seeds for its references. Some probes re-run the submission with recording wrappers
-around its msda_forward and msda_backward (the shipped kernels while grading; see
+Inputs are seeded and built on the device under test here (msda_labs.student.cases); the judge
+rebuilds them on the CPU from the same seeds for its references. Every run of the operator also
+records which Triton kernels its forward and its backward launched (``"launched"``), for the
+final exam's rule that the operator runs kernels (on the GPU the judge also reads the kernels
+Triton compiled off the disk: ``kernel_cache_probe``). Some probes re-run the submission with
+recording wrappers around its msda_forward and msda_backward (the shipped kernels while grading; see
 msda_labs.grading.spies): that is how the judge sees which accumulator flag reached the backward,
 whether the kernels got contiguous tensors, and that an empty batch launches nothing.
 """
@@ -13,9 +16,9 @@ import os
 
 import torch
 
-from msda_labs.grading.spies import backward_outcome, fresh_copy, outcome, spied
+from msda_labs.grading.spies import KernelLaunches, backward_outcome, fresh_copy, outcome, spied
 from msda_labs.student import runtime
-from msda_labs.truth.cases import Case, make_inputs, seeded_generator
+from msda_labs.student.cases import Case, make_inputs, seeded_generator
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 GRAD_SEED = 7  # the upstream gradient of every backward test
@@ -52,6 +55,9 @@ def warm_worker() -> None:
                 obj.rewrite()
     except Exception:  # noqa: BLE001 - warming is an optimisation only
         pass
+
+
+warm_worker()  # the grading worker preloads this module: it pays once, before any fork
 
 
 def device_inputs(case: Case, dtype_name: str, requires_grad: bool = False):
@@ -114,12 +120,15 @@ def msda_probe(module, case, dtype_name, flag="auto", backward=True, starts_none
     for t in (value, loc, attn):
         t.requires_grad_(True)
     kwargs = {} if flag == "auto" else {"fp32_grad_accum": flag}
-    out = module.msda(value, shapes, None if starts_none else starts, loc, attn, **kwargs)
-    result = {"out": out.detach()}
+    with KernelLaunches() as forward:
+        out = module.msda(value, shapes, None if starts_none else starts, loc, attn, **kwargs)
+    result = {"out": out.detach(), "launched": {"forward": forward.names}}
     if backward:
         grad = grad_out(case, dtype_name, value.device)
-        result.update(backward_outcome(out, _scramble(grad) if noncontiguous else grad,
-                                (value, loc, attn)))
+        with KernelLaunches() as back:
+            result.update(backward_outcome(out, _scramble(grad) if noncontiguous else grad,
+                                           (value, loc, attn)))
+        result["launched"]["backward"] = back.names
     return result
 
 
@@ -197,9 +206,43 @@ def contiguity_probe(module, case):
 
 
 def paths_probe(module, case):
-    """grad_value of msda with fp32_grad_accum=False, then True."""
-    return [msda_probe(module, case, "float32", flag=flag).get("grads", [None])[0]
-            for flag in (False, True)]
+    """msda forward + backward with fp32_grad_accum=False, then True: grad_value and the
+    kernels launched, of each."""
+    runs = [msda_probe(module, case, "float32", flag=flag) for flag in (False, True)]
+    return {"grads": [run.get("grads", [None])[0] for run in runs],
+            "launched": [run["launched"] for run in runs]}
+
+
+def kernel_cache_probe(module, case, dtype_name):
+    """:func:`msda_probe` with Triton told to compile every kernel afresh
+    (``TRITON_ALWAYS_COMPILE``), so that each kernel the operator launches is written to Triton's
+    cache on the disk during this call, even one compiled on an earlier run. The judge reads the
+    compiled kernels' names off the disk; ``"cache_dir"`` is where Triton writes, and
+    ``"backward_from"`` the moment (``time.time()``) the backward started."""
+    import time
+
+    from triton import knobs
+
+    before = os.environ.get("TRITON_ALWAYS_COMPILE")
+    os.environ["TRITON_ALWAYS_COMPILE"] = "1"
+    try:
+        value, shapes, starts, loc, attn = device_inputs(case, dtype_name, requires_grad=True)
+        with KernelLaunches() as forward:
+            out = module.msda(value, shapes, starts, loc, attn)
+        torch.cuda.synchronize()
+        backward_from = time.time()
+        with KernelLaunches() as back:
+            result = backward_outcome(out, grad_out(case, dtype_name, value.device),
+                                      (value, loc, attn))
+        torch.cuda.synchronize()
+    finally:
+        if before is None:
+            os.environ.pop("TRITON_ALWAYS_COMPILE", None)
+        else:
+            os.environ["TRITON_ALWAYS_COMPILE"] = before
+    return {"out": out.detach(), **result, "cache_dir": str(knobs.cache.dir),
+            "backward_from": backward_from,
+            "launched": {"forward": forward.names, "backward": back.names}}
 
 
 def cases_probe(module, cases, dtype_name):
@@ -252,8 +295,10 @@ def far_probe(module, dtype_name):
     for t in (value, loc, attn):
         t.requires_grad_(True)
     shapes = torch.tensor(case.shapes, dtype=torch.int64, device=dev)
-    out = module.msda(value, shapes, None, loc, attn)
-    out.backward(grad.view(case.B, case.Q, case.M * case.D))
+    with KernelLaunches() as forward:
+        out = module.msda(value, shapes, None, loc, attn)
+    with KernelLaunches() as back:
+        out.backward(grad.view(case.B, case.Q, case.M * case.D))
     out4 = out.detach().view(case.B, case.Q, case.M, case.D)
 
     def outside(t):  # nonzeros outside FAR_HEADS (axis 2)
@@ -262,35 +307,31 @@ def far_probe(module, dtype_name):
     grads = (value.grad, loc.grad, attn.grad)
     result = {"out": out4[:, :, sel].reshape(case.B, case.Q, -1),
               "grads": [g[:, :, sel] for g in grads],
-              "outside": [outside(t) for t in (out4, *grads)]}
+              "outside": [outside(t) for t in (out4, *grads)],
+              "launched": {"forward": forward.names, "backward": back.names}}
     if value.is_cuda:
         torch.cuda.synchronize()
     return result
 
 
 def speed_probe(module, case, dtype_name):
-    """One training step (msda forward, then the three gradients through autograd) of yours, of
-    the reference and, where the kit has it, of the lab 10 chip, on the same device inputs,
-    timed side by side; your first step's (out, grad_value, grad_loc, grad_attn) come back."""
-    from msda_labs.grading.timing import chip_function, race_all
-    from msda_labs.truth.reference import msda_reference
+    """One training step (msda forward, then the three gradients through autograd) of yours on
+    the case's device inputs, timed (the judge times the reference and the lab 10 chip on the
+    same inputs itself); your first step's (out, grad_value, grad_loc, grad_attn) come back, and
+    the kernels that step launched."""
+    from msda_labs.grading.timing import race_all
 
     value, shapes, starts, loc, attn = device_inputs(case, dtype_name, requires_grad=True)
     leaves = (value, loc, attn)
     grad = grad_out(case, dtype_name, value.device)
-    # The reference reads the level sizes as Python ints: from a CPU copy, so that it does not
-    # wait for the device.
-    host_shapes = shapes.cpu()
 
-    def step(forward):
-        def run():
-            out = forward()
-            return (out, *torch.autograd.grad(out, leaves, grad))
-        return run
+    def step():
+        out = module.msda(value, shapes, starts, loc, attn)
+        return (out, *torch.autograd.grad(out, leaves, grad))
 
-    chip = chip_function("lab10", "msda")
-    return race_all({
-        "yours": step(lambda: module.msda(value, shapes, starts, loc, attn)),
-        "reference": step(lambda: msda_reference(value, host_shapes, loc, attn)),
-        "chip": None if chip is None else step(lambda: chip(value, shapes, starts, loc, attn)),
-    })
+    with KernelLaunches() as forward:
+        out = module.msda(value, shapes, starts, loc, attn)
+    with KernelLaunches() as back:
+        torch.autograd.grad(out, leaves, grad)
+    return {**race_all({"yours": step}),
+            "launched": {"forward": forward.names, "backward": back.names}}

@@ -19,8 +19,6 @@ from msda_labs.truth.cases import OUT_OF_BOUNDS, SINGLE, make_inputs
 # The lab as the grading plugin reads it, declared once for both test files in judge_lab10.py.
 LAB, TITLE, MODE, TASKS = judge_lab10.LAB, judge_lab10.TITLE, judge_lab10.MODE, judge_lab10.TASKS
 
-probes.warm_worker()  # acts in the interpreter's grading worker only, never in the judge
-
 
 # -- Task 10.1: MSDAFunction ---------------------------------------------------------------------
 @pytest.mark.task("10.1", points=1)

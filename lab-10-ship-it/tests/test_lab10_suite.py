@@ -11,7 +11,16 @@ import judge_lab10
 import probes_lab10 as probes
 import pytest
 import torch
-from judge_lab10 import RAGGED, TWO_LEVELS, VCASE, check_grads, check_output, run_msda
+from judge_lab10 import (
+    RAGGED,
+    TWO_LEVELS,
+    VCASE,
+    check_compiled_kernels,
+    check_grads,
+    check_kernels_ran,
+    check_output,
+    run_msda,
+)
 from probes_lab10 import DTYPES, FAR, FAR_HEADS
 
 from msda_labs.grading import expect_close
@@ -24,8 +33,6 @@ from msda_labs.truth.reference import msda_reference, reference_grads
 # The lab as the grading plugin reads it, declared once for both test files in judge_lab10.py.
 LAB, TITLE, MODE, TASKS = judge_lab10.LAB, judge_lab10.TITLE, judge_lab10.MODE, judge_lab10.TASKS
 
-probes.warm_worker()  # acts in the interpreter's grading worker only, never in the judge
-
 
 # -- in the interpreter --------------------------------------------------------------------------
 @pytest.mark.task("10.4", points=1)
@@ -33,6 +40,7 @@ probes.warm_worker()  # acts in the interpreter's grading worker only, never in 
 def test_exam_forward_float32(submission, case):
     res = run_msda(submission, case, "float32", backward=False)
     check_output(res, case, "float32", "msda")
+    check_kernels_ran(res, f"msda on {case.describe()}", backward=False)
 
 
 @pytest.mark.task("10.4", points=1)
@@ -40,12 +48,14 @@ def test_exam_forward_float32(submission, case):
 def test_exam_forward_half_precision(submission, dtype_name):
     res = run_msda(submission, OUT_OF_BOUNDS, dtype_name, backward=False)
     check_output(res, OUT_OF_BOUNDS, dtype_name, "msda")
+    check_kernels_ran(res, f"msda in {dtype_name}", backward=False)
 
 
 @pytest.mark.task("10.4", points=1)
 def test_exam_forward_ragged_queries(submission):
     res = run_msda(submission, RAGGED, "float32", backward=False)
     check_output(res, RAGGED, "float32", "msda (more queries than one query block)")
+    check_kernels_ran(res, "msda (more queries than one query block)", backward=False)
 
 
 @pytest.mark.task("10.4", points=1)
@@ -54,13 +64,16 @@ def test_exam_level_start_index_none(submission):
     res = run_msda(submission, TWO_LEVELS, "float32", starts_none=True)
     check_output(res, TWO_LEVELS, "float32", "msda(..., level_start_index=None, ...)")
     check_grads(res, TWO_LEVELS, "float32", "msda(..., level_start_index=None, ...)")
+    check_kernels_ran(res, "msda(..., level_start_index=None, ...)")
 
 
 @pytest.mark.task("10.4", points=1)
 @pytest.mark.parametrize("case", [OUT_OF_BOUNDS, EXACT_KNOTS, SINGLE, RAGGED],
                          ids=lambda c: c.id)
 def test_exam_backward_float32(submission, case):
-    check_grads(run_msda(submission, case, "float32"), case, "float32", "msda, then backward")
+    res = run_msda(submission, case, "float32")
+    check_grads(res, case, "float32", "msda, then backward")
+    check_kernels_ran(res, f"msda, then backward, on {case.describe()}")
 
 
 @pytest.mark.task("10.4", points=1)
@@ -73,14 +86,18 @@ def test_exam_backward_dtypes_and_accumulators(submission, dtype_name, flag):
     given = "no flag" if flag == "auto" else f"fp32_grad_accum={flag}"
     check_output(res, OUT_OF_BOUNDS, dtype_name, f"msda ({given})")
     check_grads(res, OUT_OF_BOUNDS, dtype_name, f"msda ({given}), then backward")
+    check_kernels_ran(res, f"msda ({given}), then backward")
 
 
 def _check_paths_agree(submission, case, where="", note=""):
-    native, fp32 = submission.run(probes.paths_probe, case)
+    res = submission.run(probes.paths_probe, case)
+    native, fp32 = res["grads"]
     if native is None or fp32 is None:
         raise AssertionError("msda's backward left value.grad empty")
     expect_close(native, fp32, what=f"grad_value with fp32_grad_accum=False vs True{where}",
                  case=f"{case.describe()} in float32{note}", rtol=1e-5, atol=1e-5)
+    for flag, launched in zip((False, True), res["launched"]):
+        check_kernels_ran({"launched": launched}, f"msda with fp32_grad_accum={flag}{where}")
 
 
 @pytest.mark.task("10.4", points=1)
@@ -96,6 +113,7 @@ def test_exam_accumulator_paths_agree_in_float32(submission):
 def test_gpu_exam_forward_decoder(submission, dtype_name):
     res = run_msda(submission, DECODER, dtype_name, backward=False)
     check_output(res, DECODER, dtype_name, "msda on the GPU")
+    check_kernels_ran(res, "msda on the GPU", backward=False)
 
 
 @pytest.mark.task("10.4", points=1)
@@ -105,6 +123,7 @@ def test_gpu_exam_forward_decoder(submission, dtype_name):
 def test_gpu_exam_backward_decoder(submission, dtype_name, flag):
     res = run_msda(submission, DECODER, dtype_name, flag=flag)
     check_grads(res, DECODER, dtype_name, f"msda on the GPU (fp32_grad_accum={flag}), backward")
+    check_kernels_ran(res, f"msda on the GPU (fp32_grad_accum={flag})")
 
 
 EDGE_CASES = (*STANDARD_CASES, RAGGED, TWO_LEVELS)
@@ -118,6 +137,14 @@ def test_gpu_exam_edge_cases(submission, dtype_name):
     for case, res in zip(EDGE_CASES, results):
         check_output(res, case, dtype_name, "msda on the GPU")
         check_grads(res, case, dtype_name, "msda on the GPU, backward")
+        check_kernels_ran(res, f"msda on the GPU on {case.describe()}")
+    # Observed from outside: on the first case Triton compiles every kernel afresh, and the judge
+    # reads the kernels written to its cache on the disk during the forward and the backward.
+    case = EDGE_CASES[0]
+    res = judge_lab10.run_compiled(submission, case, dtype_name)
+    check_output(res, case, dtype_name, "msda on the GPU (Triton's cache in a fresh folder)")
+    check_grads(res, case, dtype_name, "msda on the GPU (Triton's cache in a fresh folder)")
+    check_compiled_kernels(res, f"msda on the GPU on {case.describe()} in {dtype_name}")
 
 
 def _far_reference(dtype_name):
@@ -149,6 +176,7 @@ def test_gpu_exam_int64_far_end(submission, dtype_name):
                               res["grads"], ref_grads):
         expect_close(got, ref, what=f"msda, then backward: the gradient of {name}", case=desc,
                      dtype=dtype, backward=True)
+    check_kernels_ran(res, f"msda on {desc}")
 
 
 @pytest.mark.task("10.4", points=1)
@@ -185,7 +213,8 @@ def test_gpu_exam_accumulator_paths_agree_in_float32(submission):
 
 # -- on a GPU: speed, against the PyTorch reference ----------------------------------------------
 # One training step of the operator (forward, then all three gradients through autograd) is timed
-# in the same run as the same step of the grid_sample reference. The baseline is the reference,
+# in your child; the judge times the same step of the grid_sample reference on the same inputs,
+# with the same method (the reference is never in your process). The baseline is the reference,
 # which every copy of the kit carries; the lab 10 chip is absent from an exported lab 10, so its
 # time is reported where it exists and never graded. The kernels here are always the shipped ones
 # (msda_labs.student.shipped): what this measures is the operator around them (validation,
@@ -202,7 +231,8 @@ SPEED_LIMIT = REFERENCE_LIMIT  # your step's time / the reference's
 @pytest.mark.stage("gpu")
 def test_gpu_speed_against_the_reference(submission):
     case, dtype_name = SPEED_CASE, SPEED_DTYPE
-    measured = submission.run(probes.speed_probe, case, dtype_name)
+    measured = judge_lab10.with_speed_baselines(submission.run(probes.speed_probe, case,
+                                                               dtype_name), case, dtype_name)
     step = timed_output(measured)
     what = "msda then backward (the step that is timed) on the GPU"
     # A fast wrong answer earns nothing: the step's output and gradients are checked first.
@@ -212,6 +242,7 @@ def test_gpu_speed_against_the_reference(submission):
     res = {"out": step[0], "grads": list(step[1:])}
     check_output(res, case, dtype_name, what)
     check_grads(res, case, dtype_name, what)
+    check_kernels_ran(measured, what)
     check_reference_speed(measured, what=f"msda forward + backward on {case.describe()} in "
                           f"{dtype_name}", reference_label="the same step of the PyTorch "
                           "reference (grid_sample, autograd)", chip_label="the lab 10 chip",

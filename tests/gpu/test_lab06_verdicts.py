@@ -83,3 +83,28 @@ def test_the_autotuned_launch_is_judged_against_the_fixed_one_and_the_chip(judge
     with pytest.raises(AssertionError, match="chip's end-to-end time per call"):
         judge.autotune_speed_verdict(FakeSubmission(), _tuned(e2e_autotuned=100.0))
 
+
+
+def test_the_judge_times_the_chip_itself_and_merges_it(judge, monkeypatch):
+    """The child times only your launches; the judge adds the chip's output and times (here a
+    torch stand-in on the CPU, wall-clock), replacing any "chip" the child sent."""
+    import torch
+
+    from msda_labs.grading import baseline
+    from msda_labs.grading.timing import race_all
+    from msda_labs.truth.cases import MULTI_LEVEL
+
+    if torch.cuda.is_available():
+        pytest.skip("wall-clock plumbing check for machines without CUDA")
+    standin = lambda value, *rest: value.sum() * 0 + 1.0  # noqa: E731
+    monkeypatch.setattr(baseline, "chip_function", lambda lab, name: standin)
+    child = race_all({"yours": lambda: None}, keep=(), reps=3, warmup=0, with_end_to_end=False)
+    child["times_us"]["chip"] = 1e-9  # forged by the child: replaced
+    res = judge.with_chip({"out": None, **child}, MULTI_LEVEL, judge.WIDE_BASELINES)
+    assert set(res["times_us"]) == {"yours", "chip"} and res["times_us"]["chip"] > 1e-6
+    assert res["baseline"] == "the lab06 chip's msda_forward_chunked"
+    assert float(res["chip_out"]) == 1.0
+    monkeypatch.setattr(baseline, "chip_function", lambda lab, name: None)
+    res = judge.with_chip({"out": None, **child}, MULTI_LEVEL, judge.WIDE_BASELINES)
+    assert res["chip_out"] is None and "no chip" in res["baseline"] and "chip" not in \
+        res["times_us"]

@@ -16,6 +16,7 @@ import torch
 from kit import FakeSubmission, load_file_module, made_up_timing
 
 from msda_labs.gpu.prove import make_variant
+from msda_labs.grading import baseline as baseline_module
 from msda_labs.grading import timing as timing_module
 from msda_labs.grading.timing import REFERENCE_LIMIT
 from msda_labs.truth.cases import MULTI_LEVEL, make_inputs
@@ -44,12 +45,14 @@ def _speed_probe(lab_tests: types.ModuleType):
 
 def _measure_standin_on_the_cpu(lab_tests, source: str, name: str, function: str, monkeypatch):
     """Run the lab's speed probe on the CPU on a torch stand-in (which also stands in for the
-    chip); skipped where CUDA is at hand, since this checks the wall-clock plumbing."""
+    chip, wherever the chip is loaded: the judge's baseline module, or a probe that still loads
+    it itself); skipped where CUDA is at hand, since this checks the wall-clock plumbing."""
     if torch.cuda.is_available():
         pytest.skip("wall-clock plumbing check for machines without CUDA")
     standin = _module(source, name)
-    monkeypatch.setattr(timing_module, "chip_function",
-                        lambda lab, chip_name: getattr(standin, function))
+    chip = lambda lab, chip_name: getattr(standin, function)  # noqa: E731
+    monkeypatch.setattr(baseline_module, "chip_function", chip)
+    monkeypatch.setattr(timing_module, "chip_function", chip, raising=False)
     return _speed_probe(lab_tests)(standin, MULTI_LEVEL, "float32")
 
 
@@ -184,8 +187,15 @@ def test_lab08_speed_test_is_a_gpu_test_worth_points(lab08):
     assert lab08.SPEED_CASE.id == "decoder" and lab08.SPEED_DTYPE == "float32"
 
 
+def _judge_keeps_the_made_up_times(lab, monkeypatch):
+    """The speed test as fed made-up timings: the judge's own baseline timing left out."""
+    monkeypatch.setattr(lab, "with_baselines", lambda measured, fns, **kw: measured)
+    monkeypatch.setattr(lab.judge, "speed_baselines", lambda case, dtype_name: {})
+
+
 def test_lab08_right_and_fast_passes_with_or_without_the_chip(lab08, monkeypatch):
     _small_case(lab08, monkeypatch, "_speed_reference")
+    _judge_keeps_the_made_up_times(lab08, monkeypatch)
     sub = FakeSubmission(_backward_timing(lab08))
     lab08.test_backward_speed_against_the_reference(sub)
     (note,) = sub._session.notes
@@ -198,6 +208,7 @@ def test_lab08_right_and_fast_passes_with_or_without_the_chip(lab08, monkeypatch
 
 def test_lab08_slow_fails_on_speed(lab08, monkeypatch):
     _small_case(lab08, monkeypatch, "_speed_reference")
+    _judge_keeps_the_made_up_times(lab08, monkeypatch)
     with pytest.raises(AssertionError, match="^too slow: speed of msda_backward"):
         lab08.test_backward_speed_against_the_reference(
             FakeSubmission(_backward_timing(lab08, yours=2050.0)))
@@ -206,6 +217,7 @@ def test_lab08_slow_fails_on_speed(lab08, monkeypatch):
 @pytest.mark.parametrize("which", [0, 1, 2], ids=["grad_value", "grad_loc", "grad_attn"])
 def test_lab08_fast_and_wrong_fails_on_the_gradients(lab08, monkeypatch, which):
     _small_case(lab08, monkeypatch, "_speed_reference")
+    _judge_keeps_the_made_up_times(lab08, monkeypatch)
     timing = _backward_timing(lab08, yours=1.0)
     grads = [t.contiguous() for t in timing["outputs"]["yours"]]
     grads[which].view(-1)[0] += 1.0
@@ -218,7 +230,9 @@ def test_lab08_fast_and_wrong_fails_on_the_gradients(lab08, monkeypatch, which):
 def test_lab08_probe_plumbing_on_the_cpu(lab08, monkeypatch):
     measured = _measure_standin_on_the_cpu(lab08, BACKWARD_STANDIN, "standin_lab08",
                                            "msda_backward", monkeypatch)
-    assert set(measured["times_us"]) == {"yours", "reference", "reference_forward", "chip"}
+    assert set(measured["times_us"]) == {"yours"}  # the child times no baseline
+    merged = lab08.with_baselines(measured, lab08.judge.speed_baselines(MULTI_LEVEL, "float32"))
+    assert set(merged["times_us"]) == {"yours", "reference", "reference_forward", "chip"}
     grads = measured["outputs"]["yours"]
     expected = lab08._speed_reference(MULTI_LEVEL, "float32")
     for got, ref in zip(grads, expected):
@@ -257,7 +271,18 @@ def _step_timing(module, yours=180.0, chip=170.0, case=MULTI_LEVEL, **kwargs):
     timing = made_up_timing(yours=yours, reference=400.0, chip=chip, method="cuda-events", **kwargs)
     out, grads = _lab10_reference(case)
     timing["outputs"]["yours"] = (out.contiguous(), *(g.contiguous() for g in grads))
+    timing["launched"] = {"forward": ["msda_forward_tiles_kernel"],
+                          "backward": ["msda_backward_rows_kernel"]}
     return timing
+
+
+@pytest.fixture
+def made_up_lab10(lab10, monkeypatch):
+    """Lab 10's suite fed made-up timings: the judge's own baseline timing left out."""
+    monkeypatch.setattr(lab10.judge_lab10, "with_speed_baselines",
+                        lambda measured, case, dtype_name: measured)
+    monkeypatch.setattr(lab10, "SPEED_CASE", MULTI_LEVEL)
+    return lab10
 
 
 def test_lab10_speed_test_is_a_gpu_test_worth_points(lab10):
@@ -265,8 +290,8 @@ def test_lab10_speed_test_is_a_gpu_test_worth_points(lab10):
     assert lab10.SPEED_CASE.id == "decoder" and lab10.SPEED_DTYPE == "float32"
 
 
-def test_lab10_right_and_fast_passes_with_or_without_the_chip(lab10, monkeypatch):
-    monkeypatch.setattr(lab10, "SPEED_CASE", MULTI_LEVEL)
+def test_lab10_right_and_fast_passes_with_or_without_the_chip(made_up_lab10):
+    lab10 = made_up_lab10
     sub = FakeSubmission(_step_timing(lab10))
     lab10.test_gpu_speed_against_the_reference(sub)
     (note,) = sub._session.notes
@@ -278,16 +303,16 @@ def test_lab10_right_and_fast_passes_with_or_without_the_chip(lab10, monkeypatch
     assert "the lab 10 chip is not in this copy of the kit" in sub._session.notes[0]
 
 
-def test_lab10_slow_fails_on_speed(lab10, monkeypatch):
-    monkeypatch.setattr(lab10, "SPEED_CASE", MULTI_LEVEL)
+def test_lab10_slow_fails_on_speed(made_up_lab10):
+    lab10 = made_up_lab10
     with pytest.raises(AssertionError, match="^too slow: speed of msda forward"):
         lab10.test_gpu_speed_against_the_reference(
             FakeSubmission(_step_timing(lab10, yours=4400.0)))
 
 
 @pytest.mark.parametrize("which", [0, 1, 2, 3])
-def test_lab10_fast_and_wrong_fails_on_the_step(lab10, monkeypatch, which):
-    monkeypatch.setattr(lab10, "SPEED_CASE", MULTI_LEVEL)
+def test_lab10_fast_and_wrong_fails_on_the_step(made_up_lab10, which):
+    lab10 = made_up_lab10
     timing = _step_timing(lab10, yours=1.0)
     parts = list(timing["outputs"]["yours"])
     parts[which] = parts[which].clone()
@@ -300,14 +325,18 @@ def test_lab10_fast_and_wrong_fails_on_the_step(lab10, monkeypatch, which):
 def test_lab10_probe_plumbing_on_the_cpu(lab10, monkeypatch):
     measured = _measure_standin_on_the_cpu(lab10, OPERATOR_STANDIN, "standin_lab10", "msda",
                                            monkeypatch)
-    assert set(measured["times_us"]) == {"yours", "reference", "chip"}
+    assert set(measured["times_us"]) == {"yours"}  # the child times no baseline
+    assert measured["launched"] == {"forward": [], "backward": []}  # a torch stand-in
+    merged = lab10.judge_lab10.with_speed_baselines(measured, MULTI_LEVEL, "float32")
+    assert set(merged["times_us"]) == {"yours", "reference", "chip"}
     out, *grads = measured["outputs"]["yours"]
     ref_out, ref_grads = _lab10_reference(MULTI_LEVEL)
     torch.testing.assert_close(out, ref_out)
     for got, ref in zip(grads, ref_grads):
         torch.testing.assert_close(got, ref)
 
-    slow = _module(make_variant(OPERATOR_STANDIN, "slow"), "standin_lab10_slow")
+    # Right and timed, but a PyTorch stand-in: the exam's rule that the kernels run fails it.
     monkeypatch.setattr(lab10, "SPEED_CASE", MULTI_LEVEL)
-    with pytest.raises(AssertionError, match="^too slow"):
-        lab10.test_gpu_speed_against_the_reference(FakeSubmission(module=slow))
+    with pytest.raises(AssertionError, match="launched no Triton kernel"):
+        lab10.test_gpu_speed_against_the_reference(FakeSubmission(module=_module(
+            OPERATOR_STANDIN, "standin_lab10_again")))

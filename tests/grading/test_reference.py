@@ -24,10 +24,10 @@ def test_knots_are_exact_grid_points():
     assert (loc == 0).any() and (loc == 1).any()
 
 
-def test_inputs_are_seeded_and_regrade_seed_changes_them(monkeypatch):
+def test_inputs_are_seeded_and_the_case_salt_changes_them(monkeypatch):
     a = make_inputs(STANDARD_CASES[0]).value
     assert torch.equal(a, make_inputs(STANDARD_CASES[0]).value)
-    monkeypatch.setenv("MSDA_GRADE_SEED", "17")
+    monkeypatch.setenv("MSDA_CASE_SALT", "17")
     assert not torch.equal(a, make_inputs(STANDARD_CASES[0]).value)
 
 

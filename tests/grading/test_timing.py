@@ -117,13 +117,15 @@ def test_race_all_times_the_slower_call_longer():
 
 
 def test_the_chip_baseline_is_a_private_copy():
-    fn = timing.chip_function("lab01", "bilinear_sample")
+    from msda_labs.grading.baseline import chip_function
+
+    fn = chip_function("lab01", "bilinear_sample")
     assert fn is not None
     import msda_labs.chips.lab01 as shared_chip
 
     assert fn is not shared_chip.bilinear_sample
     assert fn.__module__ == "_msda_speed_baseline_lab01" and fn.__module__ in sys.modules
-    assert timing.chip_function("lab77", "anything") is None  # a chip this copy does not carry
+    assert chip_function("lab77", "anything") is None  # a chip this copy does not carry
 
 
 def test_add_note_adds_once_and_ignores_a_submission_without_notes():
@@ -231,3 +233,16 @@ def test_end_to_end_sees_host_waits_that_graphs_do_not():
                                reps=5, with_end_to_end=True)
     assert measured["e2e_us"]["sleepy"] > 2000 and measured["method"] in ("cuda-graph",
                                                                           "cuda-events")
+
+
+def test_the_judge_adds_its_own_baseline_times_with_the_childs_method():
+    if not NO_CUDA:
+        pytest.skip("wall-clock check for machines without CUDA")
+    from msda_labs.grading.baseline import with_baselines
+
+    child = timing.race_all({"yours": lambda: None}, reps=3, warmup=0)
+    child["times_us"]["reference"] = 1e-9  # a forged baseline from the child is replaced
+    merged = with_baselines(child, {"reference": lambda: time.sleep(0.002), "chip": None})
+    assert set(merged["times_us"]) == {"yours", "reference"}
+    assert merged["times_us"]["reference"] > 1500 and merged["method"] == "wall-clock"
+    assert with_baselines("not a timing", {"reference": lambda: None}) == "not a timing"

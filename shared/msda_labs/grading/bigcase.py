@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from msda_labs.truth.cases import MSDAInputs, seeded_generator
+from msda_labs.student.cases import MSDAInputs, seeded_generator
 
 __all__ = ["BigCase", "INT64_HINT", "sparse_zeros"]
 

@@ -30,7 +30,7 @@ import math
 import torch
 
 from msda_labs.grading.compare import expect_tensor
-from msda_labs.grading.plugin import SubmissionCrashed
+from msda_labs.grading.submission import SubmissionCrashed
 from msda_labs.student.guards import (  # the probe side lives with the student modules
     SENTINEL,
     between_guards,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from msda_labs.truth.cases import Case, MSDAInputs, seeded_generator
+from msda_labs.student.cases import Case, MSDAInputs, seeded_generator
 from msda_labs.truth.reference import msda_float64
 
 __all__ = ["PEAKED", "ACC_HINT", "FP16_ACC_MESSAGE", "peaked_inputs", "fp16_running_sum"]

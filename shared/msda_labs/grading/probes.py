@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from msda_labs.grading.guards import check_sentinel_buffer, literal, run_probe
-from msda_labs.grading.plugin import SubmissionProblem
+from msda_labs.grading.submission import SubmissionProblem
 from msda_labs.student.launch import (  # the probe side lives with the student modules
     backward_into_sentinels,
     forward_guard,

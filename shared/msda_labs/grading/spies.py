@@ -9,7 +9,13 @@ function makes. These helpers turn such facts into data:
 * :func:`backward_outcome` runs autograd's backward and reports the gradients or its error;
 * :func:`fresh_copy` executes the submission's file again, as a private module;
 * :func:`spied` is such a copy with recording wrappers around some of its globals;
-* :class:`CountTorchCalls` counts the torch functions called inside a ``with`` block.
+* :class:`CountTorchCalls` counts the torch functions called inside a ``with`` block;
+* :class:`ForbiddenOps` records the interpolation functions (grid_sample and its kin) called
+  inside a ``with`` block, whatever name reached them;
+* :class:`KernelLaunches` records the Triton kernels launched inside a ``with`` block;
+* :func:`swap_in` puts the grader's own version of some of the student's functions in their
+  place for one request, from source the judge sends with it (so that a bug costs points once,
+  and no file the child imports holds those answers).
 
 Nothing here decides a grade: the judge reads what came back.
 """
@@ -24,7 +30,21 @@ from typing import Any
 
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["outcome", "backward_outcome", "fresh_copy", "spied", "CountTorchCalls"]
+__all__ = ["outcome", "backward_outcome", "fresh_copy", "spied", "CountTorchCalls", "swap_in",
+           "KernelLaunches", "ForbiddenOps", "INTERPOLATION_OPS"]
+
+
+def swap_in(module: ModuleType, parts) -> None:
+    """Replace the functions of ``module`` named in ``parts`` = ``(names, source)`` by those that
+    ``source`` defines (the judge's: it builds ``parts`` for the one request that needs them);
+    empty ``parts``: nothing to replace."""
+    if not parts:
+        return
+    names, source = parts
+    grader: dict[str, Any] = {}
+    exec(compile(source, "<the grader's parts>", "exec"), grader)  # noqa: S102 - the judge's code
+    for name in names:
+        setattr(module, name, grader[name])
 
 
 def outcome(fn: Callable, *args, **kwargs) -> tuple[str, str]:
@@ -120,3 +140,82 @@ class CountTorchCalls(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         self.calls += 1
         return func(*args, **(kwargs or {}))
+
+
+class KernelLaunches:
+    """Records the Triton kernels launched in this process inside a ``with`` block: each
+    kernel's name, in order (``self.names``).
+
+    It wraps two class methods that every launch goes through, whatever name the kernel was
+    called by: ``run`` of the interpreter's kernels, and ``launch_metadata`` of a compiled
+    kernel, which Triton's own launch path and a launcher that skips ``JITFunction.run`` (lab
+    10's shipped kernels) both call before each launch. It watches from inside the student's
+    process: a determined submission can hide from it, so the GPU stage also reads the compiled
+    kernels off the disk (lab 10's exam).
+    """
+
+    def __init__(self):
+        self.names: list[str] = []
+        self._undo: list[tuple[type, str, Callable]] = []
+
+    def _wrap(self, cls: type, method: str, name_of: Callable) -> None:
+        real = cls.__dict__.get(method)
+        if real is None:
+            return
+
+        def wrapper(kernel, *args, **kwargs):
+            if not kwargs.get("warmup"):
+                self.names.append(name_of(kernel))
+            return real(kernel, *args, **kwargs)
+
+        setattr(cls, method, wrapper)
+        self._undo.append((cls, method, real))
+
+    def __enter__(self):
+        from triton.compiler.compiler import CompiledKernel
+        from triton.runtime.interpreter import InterpretedFunction
+
+        self._wrap(InterpretedFunction, "run",
+                   lambda k: getattr(getattr(k, "fn", None), "__name__", type(k).__name__))
+        self._wrap(CompiledKernel, "launch_metadata",
+                   lambda k: str(getattr(k, "name", type(k).__name__)))
+        return self
+
+    def __exit__(self, *exc):
+        for cls, method, real in reversed(self._undo):
+            setattr(cls, method, real)
+        self._undo.clear()
+        return False
+
+
+# Functions that interpolate for the caller: a lab whose exercise is the interpolation itself
+# (labs 01 and 02) gives no points to a function that reaches one of them, by any name.
+INTERPOLATION_OPS = ("grid_sample", "interpolate", "upsample", "roi_align", "deform_conv",
+                     "affine_grid")
+
+
+class ForbiddenOps(TorchFunctionMode):
+    """Records the torch functions whose names contain one of ``patterns`` that are called
+    inside a ``with`` block: ``self.found``, sorted, each once.
+
+    A torch function mode sees the function object, not the name the caller used:
+    ``F.grid_sample`` reached through ``getattr(F, "grid" + "_sample")``, ``torch.grid_sampler``,
+    ``torch.ops.aten.grid_sampler_2d`` and ``torch._C._VariableFunctions.grid_sampler_2d`` are
+    all seen. It runs inside the student's process: a determined submission can switch it off,
+    so the handouts say so.
+    """
+
+    def __init__(self, patterns=INTERPOLATION_OPS):
+        super().__init__()
+        self.patterns = tuple(patterns)
+        self.found: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", None) or str(func)
+        if any(p in name for p in self.patterns) and name not in self.found:
+            self.found.append(name)
+        return func(*args, **(kwargs or {}))
+
+    def __exit__(self, *exc):
+        self.found.sort()
+        return super().__exit__(*exc)

@@ -2,8 +2,9 @@
 
 A speed test has two halves, like every graded test. The probe, in the child that runs the
 student's code (where the GPU context lives), times zero-argument calls with :func:`race_all`
-and returns plain data: ``{"yours": ..., "reference": ..., "chip": chip_function(...)}``. The
-judge checks it with :func:`check_reference_speed`, or reads ``times_us`` for a rule of its own.
+and returns plain data: ``{"times_us": {"yours": ...}, ...}``. The judge adds the baselines'
+times (:func:`msda_labs.grading.baseline.with_baselines`) and checks them with
+:func:`check_reference_speed`, or reads ``times_us`` for a rule of its own.
 
 How a time is taken (:func:`side_by_side`): warm-up calls first, so compilation, autotuning and
 allocations stay out; the L2 cache flushed before every timed call (a buffer of twice its size,
@@ -15,27 +16,25 @@ all alike; the median is reported, in microseconds. :func:`end_to_end` is what a
 waits per call, host dispatch included. Without CUDA, :func:`race_all` falls back to wall-clock
 medians and says so: that is for the kit's own plumbing tests only.
 
-The numbers come from the student's process: they are feedback, and a tampered process could
-forge them (docs/gpu.md). The chip is a private copy loaded from its file (:func:`chip_function`),
-so replacing ``msda_labs.chips.labNN`` in ``sys.modules`` does not move the baseline.
+The numbers of the student's code come from the student's process: they are feedback, and a
+tampered process could forge them (docs/gpu.md). The baselines (the PyTorch reference, the
+chips) are never in that process: the judge times them itself, on the same inputs and with the
+method the child's race used (:mod:`msda_labs.grading.baseline`), and merges the times.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import statistics
-import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
 __all__ = ["BenchUnavailable", "Timing", "side_by_side", "end_to_end", "race_all",
-           "chip_function", "add_note", "REFERENCE_LIMIT", "check_reference_speed",
+           "add_note", "REFERENCE_LIMIT", "check_reference_speed",
            "reference_speed_line", "how_timed"]
 
 METHODS = ("auto", "cuda-graph", "cuda-events")
@@ -250,7 +249,7 @@ def _detached(obj: Any):
 
 def race_all(fns: dict[str, Callable[[], Any] | None], *, keep: tuple[str, ...] = ("yours",),
              reps: int = 30, warmup: int = 3, inner: int = 10,
-             with_end_to_end: bool = False) -> dict:
+             with_end_to_end: bool = False, method: str = "auto") -> dict:
     """Time every call of ``fns`` side by side in this process; plain data for the judge.
 
     The names :func:`check_reference_speed` reads: ``"yours"`` (the student's call),
@@ -261,7 +260,8 @@ def race_all(fns: dict[str, Callable[[], Any] | None], *, keep: tuple[str, ...] 
 
     Each call runs once untimed first (compilation, autotuning, allocations); the outputs of the
     names in ``keep`` come from that call, for the judge to check: a fast wrong answer earns
-    nothing. Then :func:`side_by_side`; without CUDA a wall-clock median that says so.
+    nothing. Then :func:`side_by_side` (``method`` as there); without CUDA a wall-clock median
+    that says so.
 
     Returns:
         ``{"times_us": {name: us}, "method", "reps", "device", "flushed_l2",
@@ -272,7 +272,7 @@ def race_all(fns: dict[str, Callable[[], Any] | None], *, keep: tuple[str, ...] 
     first = {name: fn() for name, fn in fns.items()}
     if torch.cuda.is_available():
         torch.cuda.synchronize()
-        timings = side_by_side(fns, reps=reps, warmup=warmup, inner=inner)
+        timings = side_by_side(fns, reps=reps, warmup=warmup, inner=inner, method=method)
         times = {name: float(t.us) for name, t in timings.items()}
         any_timing = next(iter(timings.values()))
         method, flushed = any_timing.method, any_timing.flushed_l2
@@ -286,24 +286,6 @@ def race_all(fns: dict[str, Callable[[], Any] | None], *, keep: tuple[str, ...] 
     if with_end_to_end:
         measured["e2e_us"] = _per_call_us(fns, 50, 5, warmup, sync)
     return measured
-
-
-def chip_function(lab_id: str, name: str) -> Callable | None:
-    """``name`` from a fresh, private copy of the chip of ``lab_id``; None when this copy of
-    the kit does not carry that chip (an exported lab carries earlier labs' chips only)."""
-    import msda_labs.chips
-
-    path = Path(msda_labs.chips.__file__).parent / f"{lab_id}.py"
-    if not path.is_file():
-        return None
-    mod_name = f"_msda_speed_baseline_{lab_id}"
-    module = sys.modules.get(mod_name)
-    if module is None or getattr(module, "__file__", None) != str(path):
-        spec = importlib.util.spec_from_file_location(mod_name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[mod_name] = module
-        spec.loader.exec_module(module)
-    return getattr(module, name)
 
 
 # -- the judge side -------------------------------------------------------------------------------

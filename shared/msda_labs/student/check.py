@@ -33,9 +33,9 @@ from pathlib import Path
 
 import torch
 
+from msda_labs.student.cases import tolerance
 from msda_labs.student.guards import format_index, is_sentinel, mismatch, scan_guarded
 from msda_labs.student.selfcheck import Case, Launch, Part, steps
-from msda_labs.student.tolerances import tolerance
 
 __all__ = ["Case", "Part", "Launch", "Report", "check", "case", "run_lab"]
 

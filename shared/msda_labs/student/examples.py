@@ -1,7 +1,7 @@
 """Example inputs for running a lab module by hand (``python labNN.py``).
 
 :func:`draw_inputs` is the one random draw of MSDA inputs in the kit: the grader's cases
-(``msda_labs.truth.cases``) draw through it too, with their own shapes and seeds. It holds no
+(``msda_labs.student.cases``) draw through it too, with their own shapes and seeds. It holds no
 answers, so a lab module may use it; the graded cases themselves stay with the grader.
 """
 
