@@ -295,8 +295,10 @@ CRASH_HINT = ("in Triton's interpreter this is nearly always a load or store at 
 
 def _isolated(run: Callable[[], Report], name: str) -> Report:
     """``run()`` in a forked child, so that a kernel that corrupts memory (the interpreter has no
-    bounds checks) costs one report, not the whole run; in-process where there is no fork."""
-    if not hasattr(os, "fork"):
+    bounds checks) costs one report, not the whole run. In-process where there is no fork, and
+    where a GPU may be in use: a child forked after CUDA started cannot use it."""
+    if not hasattr(os, "fork") or (torch.cuda.is_available()
+                                   and os.environ.get("TRITON_INTERPRET") != "1"):
         return run()
     sys.stdout.flush()
     read_end, write_end = os.pipe()
