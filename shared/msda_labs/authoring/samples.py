@@ -14,8 +14,9 @@ failure to show::
 public cases) and writes what the grader's terminal report says: the task's line and the named
 test's line, wrapped at 100 columns. The marker records two hashes: ``inputs`` (of everything that
 can change the report: the planted submission, the lab's tests, the grading, truth, mistake and
-student modules, the torch and triton versions) and ``out`` (of the block). ``sync --check`` is
-then cheap: when both still match, the block is what the grader produces. When only the block
+student modules but those for running a lab by hand, the torch and triton versions) and ``out``
+(of the block). ``sync --check`` is then cheap: when both still match, the block is what the
+grader produces. When only the block
 differs it was edited by hand (drift); when the inputs changed, it grades again and reports drift
 only if the report changed (``sync`` then records the new hash).
 """
@@ -79,6 +80,15 @@ def planted_source(root: Path, lab_id: str, chip_text: str, mutant_id: str) -> s
     return mutant.apply(chip_text)
 
 
+def _by_hand(path: Path, package: Path) -> bool:
+    """Whether ``path`` is one of the modules for running a lab by hand (the self-check and the
+    student-facing spec): the grader never imports them, so they cannot change a report."""
+    from msda_labs.grading.rules import RUN_BY_HAND
+
+    dotted = ".".join(("msda_labs", *path.relative_to(package).with_suffix("").parts))
+    return any(dotted == m or dotted.startswith(m + ".") for m in RUN_BY_HAND)
+
+
 def inputs_hash(lab_dir: Path, submission: str, what: str) -> str:
     """The hash of everything a sample's report depends on (``what``: the marker's mutant, task
     and test)."""
@@ -89,7 +99,7 @@ def inputs_hash(lab_dir: Path, submission: str, what: str) -> str:
     files = [(p, p.relative_to(tests)) for p in sorted(tests.rglob("*"))
              if p.is_file() and "__pycache__" not in p.parts]
     files += [(p, p.relative_to(package)) for name in PACKAGES
-              for p in sorted((package / name).rglob("*.py"))]
+              for p in sorted((package / name).rglob("*.py")) if not _by_hand(p, package)]
     for path, name in files:
         h.update(str(name).encode())
         h.update(path.read_bytes())
