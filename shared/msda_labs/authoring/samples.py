@@ -16,9 +16,9 @@ test's line, wrapped at 100 columns. The marker records two hashes: ``inputs`` (
 can change the report: the planted submission, the lab's tests, the grading, truth, mistake and
 student modules but those for running a lab by hand, the torch and triton versions) and ``out``
 (of the block). ``sync --check`` is then cheap: when both still match, the block is what the
-grader produces. When only the block
-differs it was edited by hand (drift); when the inputs changed, it grades again and reports drift
-only if the report changed (``sync`` then records the new hash).
+grader produces. When only the block differs it was edited by hand (drift); when the inputs
+changed, it grades again and reports drift only if the report changed (``sync`` then records the
+new hash).
 """
 
 from __future__ import annotations
