@@ -39,7 +39,7 @@ def _copy2d(_ns=None) -> Case:
         return Launch([Part("out", buf, tuple(x.shape), guard)])
 
     return Case("a 21x13 matrix in 8x8 tiles (ragged on both axes)", {"x": x}, call,
-                lambda: x.to(torch.float64))
+                lambda: x.to(torch.float64), spec_name="the input itself")
 
 
 def _gather(_ns=None) -> Case:
@@ -57,7 +57,8 @@ def _gather(_ns=None) -> Case:
         return Launch([Part("out", buf, (37,), guard)])
 
     return Case("37 indices into 50 values, BLOCK=16 (ragged last block)",
-                {"src": src, "idx": idx}, call, lambda: src[idx].to(torch.float64))
+                {"src": src, "idx": idx}, call, lambda: src[idx].to(torch.float64),
+                spec_name="src[idx] in torch")
 
 
 def _bilinear(_ns=None) -> Case:
