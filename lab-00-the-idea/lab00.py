@@ -228,3 +228,12 @@ class MSDACrossAttention(nn.Module):
         # (B, Q, M, L, K, 2) divided by each level's (W_l, H_l) (spatial_shapes is (H, W): flip
         # it) and added to the reference point; weights: one softmax over L * K; msda; out_proj.
         raise NotImplementedError("Task 0.6: MSDACrossAttention.forward")
+
+
+if __name__ == "__main__":
+    # Run your functions on one small example and compare them with the student-facing spec
+    # (msda_labs.student.spec): shapes, the first wrong element, guard bands, time. This is not
+    # the grade; `nox -s lab00` is.
+    from msda_labs.student.check import run_lab
+
+    run_lab(0, globals())

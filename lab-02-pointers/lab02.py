@@ -96,3 +96,12 @@ def overflows_int32(B: int, S: int, M: int, D: int) -> bool:
     """
     # TODO(Task 2.3): compare the largest offset with the largest int32 (about 1 line).
     raise NotImplementedError("Task 2.3: overflows_int32")
+
+
+if __name__ == "__main__":
+    # Run your functions on one small example and compare them with the student-facing spec
+    # (msda_labs.student.spec): shapes, the first wrong element, guard bands, time. This is not
+    # the grade; `nox -s lab02` is.
+    from msda_labs.student.check import run_lab
+
+    run_lab(2, globals())

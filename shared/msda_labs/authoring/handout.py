@@ -2,7 +2,9 @@
 
 * the starter module ``lab-NN-*/labNN.py`` is the chip with its solutions stripped;
 * the tasks table in the handout (between ``<!-- tasks:begin -->`` and ``<!-- tasks:end -->``)
-  is built from the tests' ``task`` markers (points) and the chip's TODO comments (size hints).
+  is built from the tests' ``task`` markers (points) and the chip's TODO comments (size hints);
+* the handout's sample failures are what the grader reports for a planted bug
+  (:mod:`msda_labs.authoring.samples`).
 
 ``python -m msda_labs sync`` rewrites both; ``--check`` only reports drift (exit 1).
 """
@@ -14,6 +16,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from msda_labs.authoring.fences import strip
+from msda_labs.authoring.samples import sync_samples
 
 __all__ = ["collect_tasks", "collect_rules", "tasks_table", "sync_lab", "sync_ladder"]
 
@@ -128,6 +131,7 @@ def sync_lab(lab_dir: Path, lab_id: str, chip: Path, check: bool = False) -> lis
                 drift.append(f"{readme} (tasks table)")
                 if not check:
                     readme.write_text(new)
+        drift += sync_samples(lab_dir, lab_id, chip_text, readme, check=check)
     return drift
 
 

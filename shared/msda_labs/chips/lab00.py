@@ -322,3 +322,12 @@ class MSDACrossAttention(nn.Module):
         # STARTER
         # raise NotImplementedError("Task 0.6: MSDACrossAttention.forward")
         # END SOLUTION
+
+
+if __name__ == "__main__":
+    # Run your functions on one small example and compare them with the student-facing spec
+    # (msda_labs.student.spec): shapes, the first wrong element, guard bands, time. This is not
+    # the grade; `nox -s lab00` is.
+    from msda_labs.student.check import run_lab
+
+    run_lab(0, globals())

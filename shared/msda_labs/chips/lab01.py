@@ -93,3 +93,12 @@ def msda_naive_student(value, spatial_shapes, sampling_locations, attention_weig
     # STARTER
     # raise NotImplementedError("Task 1.2: msda_naive_student")
     # END SOLUTION
+
+
+if __name__ == "__main__":
+    # Run your functions on one small example and compare them with the student-facing spec
+    # (msda_labs.student.spec): shapes, the first wrong element, guard bands, time. This is not
+    # the grade; `nox -s lab01` is.
+    from msda_labs.student.check import run_lab
+
+    run_lab(1, globals())

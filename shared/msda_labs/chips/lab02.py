@@ -133,3 +133,12 @@ def overflows_int32(B: int, S: int, M: int, D: int) -> bool:
     # STARTER
     # raise NotImplementedError("Task 2.3: overflows_int32")
     # END SOLUTION
+
+
+if __name__ == "__main__":
+    # Run your functions on one small example and compare them with the student-facing spec
+    # (msda_labs.student.spec): shapes, the first wrong element, guard bands, time. This is not
+    # the grade; `nox -s lab02` is.
+    from msda_labs.student.check import run_lab
+
+    run_lab(2, globals())

@@ -112,3 +112,12 @@ def tiling_speedup(n_queries: int = 256, D: int = 32, itemsize: int = 2, seed: i
     # STARTER
     # raise NotImplementedError("Task 3.3: tiling_speedup")
     # END SOLUTION
+
+
+if __name__ == "__main__":
+    # Run your functions on one small example and compare them with the student-facing spec
+    # (msda_labs.student.spec): shapes, the first wrong element, guard bands, time. This is not
+    # the grade; `nox -s lab03` is.
+    from msda_labs.student.check import run_lab
+
+    run_lab(3, globals())

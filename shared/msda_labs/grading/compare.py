@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from msda_labs.student.cases import tolerance
+from msda_labs.student.guards import format_index, mismatch  # shared with python labNN.py
 
 __all__ = ["expect_close", "expect_equal", "expect_tensor", "describe_value", "mismatch",
            "format_index"]
@@ -36,26 +37,6 @@ def expect_tensor(res: Any, what: str, shape=None,
     if dtype is not None and res.dtype != dtype:
         raise AssertionError(f"{what}: dtype {res.dtype}, expected {dtype}")
     return res
-
-
-def format_index(flat: int, shape) -> str:
-    """The flat offset ``flat`` of a contiguous ``shape`` as an index, e.g. ``"[1, 0, 3]"``
-    (``"[]"`` for a scalar)."""
-    if not shape:
-        return "[]"
-    idx = []
-    for size in reversed(shape):
-        idx.append(flat % size)
-        flat //= size
-    return "[" + ", ".join(str(i) for i in reversed(idx)) + "]"
-
-
-def mismatch(res: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float):
-    """(bad mask, number bad) comparing in float64; NaN/inf must match exactly."""
-    a = res.detach().to(torch.float64).cpu()
-    b = ref.detach().to(torch.float64).cpu()
-    close = torch.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
-    return ~close, int((~close).sum())
 
 
 def expect_close(res: Any, ref: torch.Tensor, *, what: str, case: str = "",

@@ -17,9 +17,10 @@ the middle of a larger flat buffer:
   sentinel afterwards was never written, which a plain ``torch.empty`` output would hide.
 
 Probe-side helpers (:func:`between_guards`, :func:`guarded`, :func:`sentinel_buffer`, :func:`cdiv`,
-:func:`pow2`) run in the forked worker next to the student's code; judge-side helpers
-(:func:`check_sentinel_buffer`, :func:`is_sentinel`, :func:`gap`, :func:`run_probe`) read what
-came back.
+:func:`pow2`) run in the forked worker next to the student's code; they live in
+:mod:`msda_labs.student.guards`, so that ``python labNN.py`` builds and reads the same bands, and
+are handed on here. Judge-side helpers (:func:`check_sentinel_buffer`, :func:`gap`,
+:func:`run_probe`) read what came back.
 """
 
 from __future__ import annotations
@@ -28,77 +29,25 @@ import math
 
 import torch
 
-from msda_labs.grading.compare import expect_tensor, format_index
+from msda_labs.grading.compare import expect_tensor
 from msda_labs.grading.submission import SubmissionCrashed
+from msda_labs.student.guards import (  # the probe side lives with the student modules
+    SENTINEL,
+    between_guards,
+    cdiv,
+    format_index,
+    guarded,
+    is_sentinel,
+    pow2,
+    scan_guarded,
+    sentinel_buffer,
+)
 
-# A NaN with a payload no arithmetic produces: "still the sentinel" means "never written".
-SENTINEL = {
-    torch.float32: (torch.int32, 0x7FC0DEAD),
-    torch.float16: (torch.int16, 0x7E5A),
-    torch.bfloat16: (torch.int16, 0x7FDA),
-}
-
-
-# -- probe side (runs in the isolated child) -----------------------------------------------------
-def cdiv(a: int, b: int) -> int:
-    """``ceil(a / b)`` for non-negative ints, as Triton's ``triton.cdiv``."""
-    return -(-a // b)
-
-
-def pow2(n: int) -> int:
-    """The smallest power of two >= ``n`` (1 for ``n <= 1``), as ``triton.next_power_of_2``."""
-    return 1 << max(0, (n - 1).bit_length())
-
-
-def guarded(shape, fill, dtype, device, guard: int, src: torch.Tensor | None = None):
-    """A flat buffer of ``n + 2 * guard`` ``fill`` elements and the view of ``shape`` inside it.
-
-    Args:
-        shape: shape of the tensor in the middle; ``n = prod(shape)``.
-        fill: the value of the guard bands (and of the middle when ``src`` is None).
-        dtype: dtype of the buffer.
-        device: device of the buffer.
-        guard: elements of padding on each side.
-        src: optional tensor of ``shape`` copied into the middle.
-
-    Returns:
-        ``(buf, view)``: ``buf`` is flat ``(n + 2 * guard,)``, ``view`` is ``buf[guard:guard + n]``
-        viewed as ``shape``.
-    """
-    n = math.prod(shape)
-    buf = torch.full((n + 2 * guard,), fill, dtype=dtype, device=device)
-    view = buf[guard:guard + n].view(shape)
-    if src is not None:
-        view.copy_(src)
-    return buf, view
-
-
-def between_guards(t: torch.Tensor, guard: int, fill=float("nan")) -> torch.Tensor:
-    """A copy of ``t`` (same shape, dtype, device) inside a flat buffer with ``guard`` ``fill``
-    elements on each side; returns the copy (the view), ready to hand to a kernel."""
-    return guarded(t.shape, fill, t.dtype, t.device, guard, t)[1]
-
-
-def sentinel_buffer(shape, dtype, device, guard: int):
-    """An output laid out between guard bands, everything filled with the :data:`SENTINEL`.
-
-    Returns:
-        ``(buf, out)``: the flat ``(prod(shape) + 2 * guard,)`` buffer (what the probe returns)
-        and the view of ``shape`` inside it (what the kernel writes).
-    """
-    n = math.prod(shape)
-    int_dtype, bits = SENTINEL[dtype]
-    buf = torch.full((n + 2 * guard,), bits, dtype=int_dtype, device=device).view(dtype)
-    return buf, buf[guard:guard + n].view(shape)
+__all__ = ["SENTINEL", "between_guards", "cdiv", "guarded", "is_sentinel", "pow2",
+           "sentinel_buffer", "gap", "literal", "check_sentinel_buffer", "run_probe"]
 
 
 # -- judge side -----------------------------------------------------------------------------------
-def is_sentinel(t: torch.Tensor) -> torch.Tensor:
-    """Bool mask: which elements of ``t`` still hold the sentinel bit pattern of ``t.dtype``."""
-    int_dtype, bits = SENTINEL[t.dtype]
-    return t.view(int_dtype) == bits
-
-
 def gap(k: int) -> str:
     """Words for the ``k``-th element past the end of a tensor (``k = 0``: the very next one)."""
     return "right after its last element" if k == 0 else f"{k} elements after its last one"
@@ -139,20 +88,17 @@ def check_sentinel_buffer(buf, shape, dtype, guard: int, *, label: str, past_end
     """
     n = math.prod(shape)
     buf = expect_tensor(buf, label, shape=(n + 2 * guard,), dtype=dtype)
-    head, body, tail = buf[:guard], buf[guard:guard + n], buf[guard + n:]
-    after = (~is_sentinel(tail)).nonzero().flatten()
-    if after.numel():
-        k = int(after[0])
-        raise AssertionError(f"{label}: " + past_end.format(count=after.numel(), gap=gap(k),
-                                                            distance=k + 1))
-    before = (~is_sentinel(head)).nonzero().flatten()
-    if before.numel():
-        raise AssertionError(f"{label}: " + before_start.format(count=before.numel()))
-    missing = is_sentinel(body).nonzero().flatten()
-    if missing.numel():
+    scan = scan_guarded(buf, n, guard)
+    if scan.past_end.numel():
+        k = int(scan.past_end[0])
+        raise AssertionError(f"{label}: " + past_end.format(count=scan.past_end.numel(),
+                                                            gap=gap(k), distance=k + 1))
+    if scan.before_start:
+        raise AssertionError(f"{label}: " + before_start.format(count=scan.before_start))
+    if scan.unwritten.numel():
         raise AssertionError(f"{label}: " + unwritten.format(
-            count=missing.numel(), n=n, at=format_index(int(missing[0]), shape)))
-    return body.view(shape)
+            count=scan.unwritten.numel(), n=n, at=format_index(int(scan.unwritten[0]), shape)))
+    return buf[guard:guard + n].view(shape)
 
 
 def run_probe(submission, probe, *args, hint: str = ""):

@@ -78,18 +78,59 @@ class SourceInfo:
 STUDENT_PACKAGE = "msda_labs.student"
 """The one part of the kit a student's module may import."""
 
+RUN_BY_HAND = ("msda_labs.student.check", "msda_labs.student.spec", "msda_labs.student.selfcheck")
+"""Student modules for running a lab by hand (``python labNN.py``): the self-check and the
+student-facing spec. A lab module may import them only inside ``if __name__ == "__main__":``; a
+graded function that hands its work to the spec must earn nothing."""
+
+
+def _main_block_lines(tree: ast.Module) -> set[int]:
+    """The lines of the module's top-level ``if __name__ == "__main__":`` blocks (body only);
+    none at all when the module rebinds ``__name__`` or spells it as a string (a module that
+    makes itself ``"__main__"`` while being graded gets no exemption)."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Name) and node.id == "__name__"
+                and not isinstance(node.ctx, ast.Load)) \
+                or (isinstance(node, ast.Constant) and node.value == "__name__"):
+            return lines
+    for stmt in tree.body:
+        test = stmt.test if isinstance(stmt, ast.If) else None
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and not stmt.orelse):
+            continue
+        left, right = test.left, test.comparators[0]
+        if isinstance(test.ops[0], ast.Eq) and isinstance(left, ast.Name) \
+                and left.id == "__name__" and isinstance(right, ast.Constant) \
+                and right.value == "__main__":
+            for sub in stmt.body:
+                lines.update(range(sub.lineno, (sub.end_lineno or sub.lineno) + 1))
+    return lines
+
+
+def _run_by_hand(name: str) -> bool:
+    return any(name == m or name.startswith(m + ".") for m in RUN_BY_HAND)
+
 
 def forbidden_imports(info: SourceInfo, lab: int) -> list[str]:
     """What the submission reaches for that holds answers. A lab module may import
     ``msda_labs.student`` and its modules, and the chips of earlier labs; everything else of
     ``msda_labs`` (the ground truth, the mistakes, the grader, the tooling, the chip of this lab or
-    a later one) is off limits. Returns human-readable findings (empty when clean)."""
+    a later one) is off limits, and so are the self-check and the student-facing spec
+    (:data:`RUN_BY_HAND`) outside the module's ``if __name__ == "__main__":`` block. Returns
+    human-readable findings (empty when clean)."""
     if info.tree is None:
         return []
     findings = []
+    by_hand = _main_block_lines(info.tree)
 
     def check_module(name: str, line: int) -> None:
         if not re.fullmatch(r"msda_labs(\.\w+)+", name):
+            return
+        if _run_by_hand(name):
+            if line not in by_hand:
+                findings.append(f"line {line}: uses {name} outside `if __name__ == \"__main__\":`; "
+                                f"the self-check and the student-facing spec are for running the "
+                                f"lab by hand, and a graded function may not use them")
             return
         chip = re.fullmatch(r"msda_labs\.chips\.lab(\d+)(\.\w+)*", name)
         if chip:
@@ -109,7 +150,7 @@ def forbidden_imports(info: SourceInfo, lab: int) -> list[str]:
                 check_module(alias.name, node.lineno)
         elif isinstance(node, ast.ImportFrom) and node.module:
             check_module(node.module, node.lineno)
-            if node.module in ("msda_labs", "msda_labs.chips"):
+            if node.module in ("msda_labs", "msda_labs.chips", STUDENT_PACKAGE):
                 for alias in node.names:
                     check_module(f"{node.module}.{alias.name}", node.lineno)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
