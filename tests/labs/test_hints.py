@@ -1,7 +1,6 @@
 """Every handout's hints escalate (issue 13): for each task with code to write, a nudge, the idea,
 then nearly the lines, each in its own ``<details>``, in that order; and every code line of a
-"nearly the lines" hint is true for the chip (it occurs in one of the chip's lines). Lab 05's
-handout belongs to its own steps and is checked with them."""
+"nearly the lines" hint is true for the chip (it occurs in one of the chip's lines)."""
 
 import re
 
@@ -11,7 +10,7 @@ from kit import MANIFEST, ROOT, chip_path, lab_ids
 from msda_labs.authoring.handout import collect_tasks
 
 LEVELS = ("Nudge", "Idea", "Nearly the lines")
-LABS = [lab for lab in lab_ids() if lab != "lab05"]
+LABS = lab_ids()
 
 
 def _hints(lab: str) -> str:

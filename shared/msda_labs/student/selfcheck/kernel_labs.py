@@ -201,10 +201,17 @@ def _backward_kernel(_ns=None) -> Case:
                 spec_name="autograd through msda_labs.student.spec.msda")
 
 
+def _lab05_helpers() -> tuple:
+    """Lab 05's three @triton.jit helpers (Tasks 5.1-5.3), each in a test kernel of its own."""
+    from msda_labs.student.selfcheck.lab05_helpers import HELPER_STEPS
+
+    return HELPER_STEPS
+
+
 STEPS = {
     4: lambda: [Step("4.1", "copy2d_kernel", _copy2d), Step("4.2", "gather_kernel", _gather),
                 Step("4.3", "bilinear_kernel", _bilinear)],
-    5: lambda: [Step("5.1", "msda_forward_kernel", _msda_forward_kernel)],
+    5: lambda: [*_lab05_helpers(), Step("5.4", "msda_forward_kernel", _msda_forward_kernel)],
     6: lambda: [Step("6.1", "msda_forward_chunked_kernel", _chunked_kernel),
                 Step("6.2", "forward_configs", _forward_configs),
                 Step("6.2", "make_autotuned_forward", _make_autotuned),
