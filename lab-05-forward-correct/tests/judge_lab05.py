@@ -116,11 +116,13 @@ def check_point_lanes_off(res, step: PointStep) -> None:
     where = (f"load_point on {step.describe()}: the lanes whose mask_q is False point past the end "
              f"of loc and attn, into a band of NaN")
     if torch.isnan(off).any():
-        raise AssertionError(f"{where}, and they came back NaN: they read it. Load under mask_q "
-                             f"(mask=mask_q, other=0.0), so that a switched-off lane reads nothing")
+        raise AssertionError(f"{where}, and they came back NaN; this is an unmasked point "
+                             f"load: a switched-off lane read past the end of loc and attn; load "
+                             f"under mask_q (mask=mask_q, other=0.0), so that it reads nothing")
     if (off[2] != 0).any():
-        raise AssertionError(f"{where}: their weight a must be 0 (other=0.0), got "
-                             f"{off[2].tolist()}")
+        raise AssertionError(f"{where}: their weight a must be 0, got {off[2].tolist()}; this is "
+                             f"a masked load without its zero: other=0.0 gives a switched-off "
+                             f"lane the weight 0")
 
 
 # -- Task 5.2: gather_corner ----------------------------------------------------------------------
@@ -228,8 +230,9 @@ def check_corner_masked(res, step: CornerStep) -> None:
     if torch.isnan(column).any() or (column != 0).any():
         raise AssertionError(
             f"gather_corner on {step.describe()}: channel d = {step.D} is past D = {step.D} "
-            f"(BLOCK_D = 4) and must read nothing (0.0), got {column.tolist()}; the load mask "
-            f"must include mask_d[None, :]")
+            f"(BLOCK_D = 4) and must read nothing (0.0), got {column.tolist()}; this is an "
+            f"unmasked channel tail: channels d >= D were read; the load mask must include "
+            f"mask_d[None, :]")
 
 
 # -- Task 5.3: sample_point -----------------------------------------------------------------------
