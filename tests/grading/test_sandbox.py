@@ -179,11 +179,11 @@ def test_nothing_of_the_child_outlives_its_request(separated):
 
 @needs_root
 def test_the_worker_holds_no_seed_and_no_network(separated):
+    interfaces = _run(separated, "whoami")["interfaces"]  # and the worker is up
     pid = separated._zygotes["cpu"].info["pid"]
     environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     names = {item.split(b"=", 1)[0] for item in environ}
     assert b"MSDA_GRADE_SEED" not in names and os.environ["MSDA_GRADE_SEED"]
-    interfaces = _run(separated, "whoami")["interfaces"]
     if separated.separation["netns"]:
         assert interfaces == ["lo"]
     else:  # e.g. a container without CAP_SYS_ADMIN: said in the result

@@ -16,10 +16,14 @@ from __future__ import annotations
 import re
 import sys
 
+from msda_labs.grading.rules import RUN_BY_HAND
+
 __all__ = ["ImportWitness", "forbidden_modules", "describe"]
 
 _CHIP = re.compile(r"^msda_labs\.chips\.lab(\d\d)$")
-_JUDGE_ONLY_PACKAGES = ("msda_labs.truth", "msda_labs.mistakes")
+# The run-by-hand modules (the student-facing spec and its self-check) are no ground truth, but a
+# graded child has no use for them: a submission must not hand its work to the spec.
+_JUDGE_ONLY_PACKAGES = ("msda_labs.truth", "msda_labs.mistakes", *RUN_BY_HAND)
 _JUDGE_PREFIXES = ("test_", "judge_")
 
 

@@ -31,6 +31,8 @@ def judge_only_paths(lab_dir: Path | None, lab: int | None) -> list[Path]:
 
     package = Path(msda_labs.__file__).resolve().parent
     paths = [package / "truth", package / "mistakes", package / "chips"]
+    # the student-facing spec and its self-check (grading.rules.RUN_BY_HAND): run by hand only
+    paths += [package / "student" / name for name in ("spec.py", "check.py", "selfcheck")]
     if lab is None or lab < 10:
         paths += [package / "student" / name for name in _ANSWER_MODULES]
     roots = [package.parent.parent]  # the kit (or an exported lab) this package belongs to
