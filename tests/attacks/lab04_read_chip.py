@@ -1,6 +1,7 @@
 # attack: read-chip
 # lab: lab04
 # targets: 4.1 4.2 4.3
+# where: kit (an export carries no chip of its own lab)
 # Loads the lab's own chip (the kit's reference solution) from the package's folder on disk
 # under a harmless module name, and takes every one of its functions and kernels as this file's.
 import importlib.util

@@ -1,6 +1,7 @@
 # attack: read-chip
 # lab: lab10
 # targets: 10.1 10.2 10.3 10.4
+# where: kit (an export carries no chip of its own lab)
 # Loads the lab's own chip (the kit's reference solution) from the package's folder on disk
 # under a harmless module name, and takes every one of its functions and kernels as this file's.
 import importlib.util

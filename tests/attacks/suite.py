@@ -6,12 +6,17 @@ first comment lines say what it attacks::
     # attack: truth-from-disk
     # lab: lab01
     # targets: 1.1 1.2
+    # where: both
     # (how it attacks, in words)
 
-Every attack must score 0 on its target tasks under the separated regrade
-(tests/classroom/test_attacks.py). ``python tests/attacks/suite.py`` grades the whole suite on
-this checkout of the kit (each attack through ``grade --submission`` in the kit, and every lab's
-attacks as one class of exported repositories through ``regrade``) and prints the score table.
+``where`` says where the attack is graded: ``export`` (the default: as a student repository made
+from the lab's export, through ``regrade``), ``kit`` (``grade --submission`` in the kit, where
+every chip and every lab's tests lie; for attacks on files an export does not carry) or ``both``.
+Every attack must score 0 on its target tasks under separation (tests/classroom/test_attacks.py).
+
+``python tests/attacks/suite.py [--separate 1]`` grades the whole suite on this checkout of the
+kit (each attack through ``grade --submission`` in the kit, and every lab's export attacks as one
+class of exported repositories through ``regrade --seed``) and prints the score table.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ class Attack:
     targets: tuple[str, ...]
     path: Path
     summary: str
+    where: str = "export"
 
     @property
     def key(self) -> str:
@@ -53,7 +59,7 @@ def _header(path: Path) -> dict[str, str]:
     for line in path.read_text().splitlines():
         if not line.startswith("#"):
             break
-        match = re.match(r"#\s*(attack|lab|targets):\s*(.+)$", line)
+        match = re.match(r"#\s*(attack|lab|targets|where):\s*(.+)$", line)
         if match:
             found[match.group(1)] = match.group(2).strip()
         else:
@@ -62,16 +68,20 @@ def _header(path: Path) -> dict[str, str]:
     return found
 
 
-def attacks(lab: str | None = None) -> list[Attack]:
-    """Every attack of the suite (of ``lab`` only, when given), in file order."""
+def attacks(lab: str | None = None, where: str | None = None) -> list[Attack]:
+    """Every attack of the suite, in file order; of ``lab`` only and graded ``where`` (kit or
+    export) only, when given."""
     out = []
     for path in sorted(HERE.glob("lab[0-9][0-9]_*.py")):
         head = _header(path)
         if not {"attack", "lab", "targets"} <= set(head):
             raise ValueError(f"{path.name}: the first comment lines must say attack, lab, targets")
-        if lab is None or head["lab"] == lab:
+        place = head.get("where", "export").split()[0]
+        if place not in ("export", "kit", "both"):
+            raise ValueError(f"{path.name}: where must be export, kit or both, not {place!r}")
+        if (lab is None or head["lab"] == lab) and (where is None or place in (where, "both")):
             out.append(Attack(head["attack"], head["lab"], tuple(head["targets"].split()), path,
-                              head["summary"]))
+                              head["summary"], place))
     return out
 
 
@@ -183,6 +193,8 @@ def _tidy(lab_folder: Path):
 
 
 def _cell(points: tuple[int, int], result, note: str = "") -> str:
+    if note == "kit only":
+        return "(kit only)"
     if result is None:
         return f"not graded ({note[:60]})" if note else "not graded"
     return f"{points[0]}/{points[1]}"
@@ -223,18 +235,21 @@ def main(argv=None) -> int:
                     kit[attack.name] = grade_in_kit(copy, lab, env=extra)[0]
             folder = tmp / f"class-{lab}"
             folder.mkdir()
-            make_class(folder, export, chosen, files)
+            make_class(folder, export, attacks(lab, "export"), files)
             gh = {name: tmp / f"{lab}-{name}" for name in ("GITHUB_OUTPUT", "GITHUB_ENV",
                                                             "GITHUB_STEP_SUMMARY")}
             for path in gh.values():
                 path.write_text("")
-            results, notes, _ = regrade_class(folder, lab, export, seed=SECRET_SEED,
-                                              env={**extra, **{k: str(v) for k, v in gh.items()}})
+            results, notes = {}, {}
+            if attacks(lab, "export"):
+                results, notes, _ = regrade_class(
+                    folder, lab, export, seed=SECRET_SEED,
+                    env={**extra, **{k: str(v) for k, v in gh.items()}})
             written = [k for k, p in gh.items() if p.read_text()]
             for attack in chosen:
                 touched = written if attack.name == "forged-report" else []
                 mine, graded = kit[attack.name], results.get(attack.name)
-                note = notes.get(attack.name, "")
+                note = notes.get(attack.name, "") if attack.where != "kit" else "kit only"
                 rows.append(
                     f"| {attack.name} | {lab} | {' '.join(attack.targets)} | "
                     f"{_cell(target_points(mine, attack.targets), mine)} | "
