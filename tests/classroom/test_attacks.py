@@ -17,11 +17,17 @@ import csv
 import importlib.util
 import json
 import os
+import shutil
+import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
+from classroom_kit import clean_env
+
+from msda_labs.cli import main
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from attacks.suite import (  # noqa: E402
@@ -114,6 +120,30 @@ def test_attacks_on_the_kits_files_score_zero_in_the_kit(attack, tmp_path):
     result, text = grade_in_kit(copy, attack.lab, env=SEPARATE)
     verdict = _verdict(attack, result, text[-1500:])
     assert verdict is None, verdict
+
+
+def test_a_daemon_cannot_rewrite_gradescopes_results(tmp_path):
+    """The Gradescope autograder (root, so separated): the outlive attack's daemon would rewrite
+    results/results.json after the autograder wrote it."""
+    attack = next(a for a in attacks("lab01") if a.name == "outlive")
+    zip_path = tmp_path / "gs.zip"
+    assert main(["export", attack.lab, "--gradescope", str(zip_path)]) == 0
+    root = tmp_path / "autograder"
+    with zipfile.ZipFile(zip_path) as zf:
+        zf.extractall(root / "source")
+    (root / "source" / "run_autograder").chmod(0o755)
+    for folder in ("submission", "results"):
+        (root / folder).mkdir()
+    shutil.copy2(attack.path, root / "submission" / f"{attack.lab}.py")
+    env = clean_env(AUTOGRADER_ROOT=str(root), MSDA_PYTHON=sys.executable,
+                    PYTHONPATH=str(root / "source" / "lab" / "shared"), **SEPARATE)
+    proc = subprocess.run([str(root / "source" / "run_autograder")], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    time.sleep(1.0)
+    data = json.loads((root / "results" / "results.json").read_text())
+    assert data["score"] == 0 and data["tests"], \
+        f"{attack.key} on Gradescope: {data['score']} points ({data.get('output', '')[:300]})"
 
 
 def test_lookup_table_is_real_on_the_public_cases(lookup_table):
