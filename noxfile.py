@@ -178,7 +178,8 @@ def workflows(session: nox.Session) -> None:
 
     MSDA_ACT_LABS=subset|all|lab01,lab05 picks the labs (default here: all; the self-test runs
     the subset); MSDA_ACTIONS_DIR the released actions (default ../shared/actions). act, Node 24
-    and the tool-cache Python are installed on first use under ~/.cache/msda-act.
+    and the tool-cache Python are installed on first use under ~/.cache/msda-act (as root:
+    /var/tmp/msda-act).
     """
     _install(session, "requirements-dev.txt")
     env = {"MSDA_ACT_LABS": os.environ.get("MSDA_ACT_LABS", "all")}

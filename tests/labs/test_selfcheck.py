@@ -151,6 +151,10 @@ GRADED_USE = {
                       '    from msda_labs.student import spec\n',
     "renamed by globals": 'globals()["__name__"] = "__main__"\nif __name__ == "__main__":\n'
                           '    from msda_labs.student.spec import msda\n',
+    "renamed by update": 'globals().update(__name__="__main__")\nif __name__ == "__main__":\n'
+                         '    from msda_labs.student.spec import msda\n',
+    "renamed by setattr": 'import sys\nsetattr(sys.modules[__name__], "__name__", "__main__")\n'
+                          'if __name__ == "__main__":\n    from msda_labs.student.spec import msda\n',
 }
 
 
@@ -171,6 +175,20 @@ def test_the_main_block_may_use_them():
                         '    from msda_labs.student.check import case, check, run_lab\n'
                         '    run_lab(2, globals())\n')
         assert forbidden_imports(SourceInfo.read(path), 2) == []
+
+
+def test_reading_a_name_keeps_the_main_block_exempt():
+    """Reading ``__name__`` (a function's, or the module's through its globals) rebinds nothing:
+    right work that does so keeps its run-by-hand block (the whole-submission mutants of
+    ``gpu.prove`` and students' helpers alike)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "lab10.py"
+        path.write_text('def names(fns):\n    return [getattr(f, "__name__") for f in fns]\n\n\n'
+                        'def mine(space):\n    return space["__name__"]\n\n\n'
+                        'if __name__ == "__main__":\n'
+                        '    from msda_labs.student.check import run_lab\n'
+                        '    run_lab(10, globals())\n')
+        assert forbidden_imports(SourceInfo.read(path), 10) == []
 
 
 def test_an_exported_lab_carries_what_its_check_needs(tmp_path):

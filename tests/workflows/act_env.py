@@ -7,10 +7,12 @@
   so each workflow's own, unchanged install step finishes as "Requirement already satisfied"
   instead of installing torch and triton again. It is rebuilt when requirements.txt changes.
 
-Everything lives under ``MSDA_ACT_CACHE`` (default ``~/.cache/msda-act``), outside the
-repository. The pinned actions come from ``MSDA_ACTIONS_DIR`` (default ``../shared/actions``
-beside the repository): released copies mapped with ``--local-repository``. Without them,
-act fetches the actions from GitHub, which needs the network.
+Everything lives under ``MSDA_ACT_CACHE`` (default ``~/.cache/msda-act``; as root
+``/var/tmp/msda-act``, open to other users: a grading run as root drops each child to a uid of its
+own, and that uid must read the tool cache's packages), outside the repository. The pinned
+actions come from ``MSDA_ACTIONS_DIR`` (default ``../shared/actions`` beside the repository):
+released copies mapped with ``--local-repository``. Without them, act fetches the actions from
+GitHub, which needs the network.
 """
 
 from __future__ import annotations
@@ -51,8 +53,15 @@ class Unavailable(RuntimeError):
 
 
 def cache_dir() -> Path:
-    path = Path(os.environ.get("MSDA_ACT_CACHE") or Path.home() / ".cache" / "msda-act")
+    if os.environ.get("MSDA_ACT_CACHE"):
+        path = Path(os.environ["MSDA_ACT_CACHE"])
+    elif os.geteuid() == 0:  # root's home is closed to the separated children's uids
+        path = Path("/var/tmp/msda-act")
+    else:
+        path = Path.home() / ".cache" / "msda-act"
     path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0 and path.stat().st_uid == 0:
+        path.chmod(0o755)
     return path
 
 

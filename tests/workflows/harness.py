@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,8 +122,13 @@ def run_act(setup: ActSetup, repo: Path, work: Path, *, event: str = "push",
             timeout: float = 900) -> ActRun:
     """Run ``act EVENT`` in ``repo`` with the pinned actions, on the host."""
     work.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(work / "toolcache", ignore_errors=True)
-    cache = work / "xdg-cache"  # act's per-run folder (workspace copy, artifacts)
+    # act's per-run folder (the workspace copy, the checkouts) and the run's tool cache lie in a
+    # folder open to other users, removed afterwards: a grading run as root drops each child to a
+    # uid of its own, which must reach the job's Python and checkouts (pytest's temporary
+    # folders are closed to other users).
+    scratch = Path(tempfile.mkdtemp(prefix="msda-act-run-"))
+    scratch.chmod(0o755)
+    cache = scratch / "xdg-cache"
     summary_log = work / "summaries.md"
     summary_log.unlink(missing_ok=True)
     artifacts = work / "artifacts"
@@ -134,7 +140,7 @@ def run_act(setup: ActSetup, repo: Path, work: Path, *, event: str = "push",
         "ref": "refs/heads/main",
         "repository": {"full_name": f"course/{name}", "name": name, "owner": {"login": "course"}},
     }))
-    toolcache = run_toolcache(setup.toolcache, work / "toolcache")
+    toolcache = run_toolcache(setup.toolcache, scratch / "toolcache")
     cmd = [str(setup.act), event, "-P", "ubuntu-latest=-self-hosted",
            "-P", "ubuntu-24.04=-self-hosted", "-e", str(event_file), *setup.mappings(),
            "--log-prefix-job-id",
@@ -170,6 +176,8 @@ def run_act(setup: ActSetup, repo: Path, work: Path, *, event: str = "push",
         log = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) \
             else (exc.stdout or "")
         log, code = log + f"\n[harness] act ran past {timeout} s\n", -9
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     seconds = time.monotonic() - started
     (work / "act.log").write_text(log)
     summaries = []

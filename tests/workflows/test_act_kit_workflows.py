@@ -3,10 +3,12 @@
 * ``ci.yml`` on push: the self-test job runs ``bash .ci/run`` (with ``MSDA_SELFTEST_ARGS`` keeping
   it to one test, so the self-test does not start itself again), then the GPU job finds no Modal
   secrets and skips with its notice; both jobs succeed.
-* ``regrade.yml`` through ``workflow_dispatch`` inputs: two students' repositories (served from
+* ``regrade.yml`` through ``workflow_dispatch`` inputs: four students' repositories (served from
   local bare repositories: git's ``url.<base>.insteadOf`` maps https://github.com/ to them) are
   regraded with the kit's pristine files, the GPU leg is skipped (gpu=false), and the gradebook
-  job merges the reports into gradebook.csv and the job summary.
+  job merges the reports into gradebook.csv and the job summary. Two of the students submit
+  attacks of tests/attacks (the ground truth read off disk; a daemon that rewrites the reports):
+  both score 0.
 
 The kit is copied as it is in the working tree (tracked and untracked, not ignored files) and
 committed to a fresh repository, like CI's fresh clone.
@@ -20,6 +22,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from attacks.suite import attacks
 from harness import GIT, commit_all, run_act
 from kit import MANIFEST, ROOT, chip_path
 from selection import runs_kit_workflows
@@ -62,16 +65,32 @@ def test_ci_workflow_runs_and_skips_the_gpu_job_without_secrets(act_setup, tmp_p
     assert any("1 passed" in line for line in lines), run.tail()
 
 
-def _student_repo(remotes: Path, name: str, lab_id: str, solved: bool) -> None:
-    """A student's repository at https://github.com/course/NAME, as a local bare repository."""
+def _student_repo(remotes: Path, name: str, lab_id: str, solved: bool,
+                  module: str | None = None) -> None:
+    """A student's repository at https://github.com/course/NAME, as a local bare repository;
+    its lab module is the chip (``solved``), the starter, or the text ``module``."""
     work = remotes / "work" / name
     export_lab(MANIFEST, MANIFEST.lab(lab_id), work.parent, force=True).rename(work)
     if solved:
         shutil.copy2(chip_path(lab_id), work / MANIFEST.lab(lab_id).module)
+    if module is not None:
+        (work / MANIFEST.lab(lab_id).module).write_text(module)
     commit_all(work, "submission")
     bare = remotes / "course" / f"{name}.git"
     subprocess.run([*GIT, "clone", "-q", "--bare", str(work), str(bare)], check=True)
     (remotes / "course" / name).symlink_to(bare.name)  # with and without .git
+
+
+# Two students of the attack suite (tests/attacks): mallory's module reads the ground truth off
+# the disk and answers with it; trudy's leaves a daemon that rewrites the regrade's reports with
+# full marks once the regrade has written them (her handle is the folder the workflow gives her).
+ATTACKERS = {"mallory": ("truth-from-disk", ""), "trudy": ("outlive", "course--lab-01-trudy")}
+
+
+def _attack_module(name: str, handle: str) -> str:
+    path = next(a.path for a in attacks("lab01") if a.name == name)
+    text = path.read_text()
+    return text.replace('ME = "outlive"', f'ME = "{handle}"') if handle else text
 
 
 def test_regrade_workflow_dispatch_grades_two_students(act_setup, tmp_path):
@@ -79,12 +98,16 @@ def test_regrade_workflow_dispatch_grades_two_students(act_setup, tmp_path):
     remotes = tmp_path / "github"
     _student_repo(remotes, "lab-01-ada", lab_id, solved=True)
     _student_repo(remotes, "lab-01-grace", lab_id, solved=False)
+    for who, (attack, handle) in ATTACKERS.items():
+        _student_repo(remotes, f"lab-01-{who}", lab_id, solved=False,
+                      module=_attack_module(attack, handle))
     repo = _kit_copy(tmp_path / KIT)
     subprocess.run([*GIT, "clone", "-q", "--bare", str(repo),
                     str(remotes / "course" / f"{KIT}.git")], check=True)
     (remotes / "course" / KIT).symlink_to(f"{KIT}.git")
     inputs = {"lab": lab_id, "gpu": "false",
-              "submissions": "course/lab-01-ada@main course/lab-01-grace@main"}
+              "submissions": " ".join(f"course/lab-01-{who}@main"
+                                      for who in ("ada", "grace", *ATTACKERS))}
     payload = {"ref": "refs/heads/main", "inputs": inputs,
                "repository": {"full_name": f"course/{KIT}", "name": KIT,
                               "owner": {"login": "course"}}}
@@ -108,6 +131,9 @@ def test_regrade_workflow_dispatch_grades_two_students(act_setup, tmp_path):
     grace = next(r for k, r in rows.items() if "grace" in k)
     assert ada["score"] == ada["max"] != "0" and ada["integrity"] == "clean"
     assert grace["score"] == "0" and grace["max"] == ada["max"]
+    for who, (attack, _) in ATTACKERS.items():  # under the separated regrade, an attack gets 0
+        row = next(r for k, r in rows.items() if who in k)
+        assert row["score"] == "0" and row["max"] == ada["max"], f"{who} ({attack}): {row}"
     summary = "\n".join(run.summaries)
     assert f"Regrade of {lab_id}" in summary
     # the class insight page beside the gradebook, with both students on it, and its summary line

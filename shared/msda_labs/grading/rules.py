@@ -84,16 +84,36 @@ student-facing spec. A lab module may import them only inside ``if __name__ == "
 graded function that hands its work to the spec must earn nothing."""
 
 
+def _rebinds_name(tree: ast.Module) -> bool:
+    """Whether the module may rebind its ``__name__``: an assignment to the name, or the string
+    ``"__name__"`` anywhere but where it is only read (``x["__name__"]``, ``getattr(x,
+    "__name__")``, ``hasattr``)."""
+    read_only: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+            read_only.add(id(node.slice))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2:
+            read_only.add(id(node.args[1]))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id == "__name__" \
+                and not isinstance(node.ctx, ast.Load):
+            return True
+        if isinstance(node, ast.Constant) and node.value == "__name__" \
+                and id(node) not in read_only:
+            return True
+        if isinstance(node, ast.keyword) and node.arg == "__name__":
+            return True
+    return False
+
+
 def _main_block_lines(tree: ast.Module) -> set[int]:
     """The lines of the module's top-level ``if __name__ == "__main__":`` blocks (body only);
     none at all when the module rebinds ``__name__`` or spells it as a string (a module that
     makes itself ``"__main__"`` while being graded gets no exemption)."""
     lines: set[int] = set()
-    for node in ast.walk(tree):
-        if (isinstance(node, ast.Name) and node.id == "__name__"
-                and not isinstance(node.ctx, ast.Load)) \
-                or (isinstance(node, ast.Constant) and node.value == "__name__"):
-            return lines
+    if _rebinds_name(tree):
+        return lines
     for stmt in tree.body:
         test = stmt.test if isinstance(stmt, ast.If) else None
         if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and not stmt.orelse):

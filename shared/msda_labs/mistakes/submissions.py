@@ -48,8 +48,7 @@ def _wrap_outermost_public_calls(space: dict, outermost) -> None:
         return wrapper
 
     for name, obj in list(space.items()):
-        if not name.startswith("_") and inspect.isfunction(obj) and \
-                obj.__module__ == space["__name__"]:
+        if not name.startswith("_") and inspect.isfunction(obj) and obj.__globals__ is space:
             space[name] = wrap(name, obj)
 
 
