@@ -59,7 +59,7 @@ def run_remote(self, submission, *, timeout=None, tasks=(), seed=None, stage="gp
     # Modal's side, without Modal: the body runs here (no CUDA: no GPU test runs), then one
     # GPU test result is added as a container with a GPU would report it.
     assert self.gpu == "T4" and self.timeout_s == 900, (self.gpu, self.timeout_s)
-    assert seed == 7, seed  # a secret seed set in the environment reaches the container
+    assert str(seed) == "7", seed  # a secret seed set in the environment reaches the container
     data = self.run_local(submission, timeout=timeout, tasks=tasks, seed=seed, stage=stage)
     data["exercises"].append({"id": "99.3", "name": "double_on_gpu", "tests": [{
         "name": "test_double_on_gpu", "status": "passed", "score": 3, "max_score": 3,
