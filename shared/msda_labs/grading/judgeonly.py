@@ -10,7 +10,6 @@ other reader); :func:`preflight` forks a process of the child's uid that must fa
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from pathlib import Path
@@ -92,33 +91,20 @@ def preflight(plan: dict, paths: list[Path]) -> tuple[list[str], str]:
     """Try, as the child's uid, to open each judge-only path (and a few files inside each
     folder). Returns (what it could open, why the uid could not be taken: empty when it could)."""
     targets = _sample_files(paths)
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the forked helper
-        try:
-            os.close(read_fd)
-            report: dict = {"opened": [], "error": ""}
+
+    def opened() -> list[str]:
+        found = []
+        for target in targets:
             try:
-                sandbox.drop(plan)
-            except Exception as exc:  # noqa: BLE001
-                report["error"] = f"{type(exc).__name__}: {exc}"
-            else:
-                for target in targets:
-                    try:
-                        os.close(os.open(target, os.O_RDONLY))
-                        report["opened"].append(target)
-                    except OSError:
-                        pass
-            os.write(write_fd, json.dumps(report).encode())
-        finally:
-            os._exit(0)
-    os.close(write_fd)
-    with os.fdopen(read_fd, "rb") as fh:
-        raw = fh.read()
-    os.waitpid(pid, 0)
-    sandbox.reap(plan["uid"])
-    try:
-        report = json.loads(raw)
-    except ValueError:
+                os.close(os.open(target, os.O_RDONLY))
+                found.append(target)
+            except OSError:
+                pass
+        return found
+
+    answer = sandbox.ask_as_child(plan, opened)
+    if answer is None:
         return [], "the preflight process returned nothing"
-    return report["opened"], report["error"]
+    if isinstance(answer, dict):
+        return [], answer["drop_error"]
+    return list(answer), ""

@@ -13,7 +13,6 @@ listed; the executor refuses separation (or, unless it is required, turns it off
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import stat
 import sys
@@ -106,31 +105,18 @@ def unreachable(plan: dict, folders: list[str]) -> list[str]:
     """The ``folders`` that a child dropped into ``plan`` cannot list (forks one and asks)."""
     from msda_labs.grading import sandbox
 
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the forked helper
-        try:
-            os.close(read_fd)
-            missing = []
+    def missing() -> list[str]:
+        out = []
+        for folder in folders:
             try:
-                sandbox.drop(plan)
-            except Exception as exc:  # noqa: BLE001
-                missing = [f"(could not drop privileges: {exc})"]
-            else:
-                for folder in folders:
-                    try:
-                        os.listdir(folder)
-                    except OSError:
-                        missing.append(folder)
-            os.write(write_fd, json.dumps(missing).encode())
-        finally:
-            os._exit(0)
-    os.close(write_fd)
-    with os.fdopen(read_fd, "rb") as fh:
-        raw = fh.read()
-    os.waitpid(pid, 0)
-    sandbox.reap(plan["uid"], orphans=True)
-    try:
-        return list(json.loads(raw))
-    except ValueError:
+                os.listdir(folder)
+            except OSError:
+                out.append(folder)
+        return out
+
+    answer = sandbox.ask_as_child(plan, missing, orphans=True)
+    if answer is None:
         return ["(the check process returned nothing)"]
+    if isinstance(answer, dict):
+        return [f"(could not drop privileges: {answer['drop_error']})"]
+    return list(answer)

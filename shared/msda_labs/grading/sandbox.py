@@ -254,6 +254,37 @@ def _runs_as(uid: int) -> bool:
     return False
 
 
+def ask_as_child(plan: dict, question, *, orphans: bool = False):
+    """Fork a helper, drop it into ``plan`` and return what ``question()`` answers there (plain
+    JSON data); ``{"drop_error": why}`` when it could not drop, None when it answered nothing.
+    The judge uses it to check what a child can and cannot reach before it trusts the plan."""
+    import json
+
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the forked helper
+        try:
+            os.close(read_fd)
+            try:
+                drop(plan)
+            except Exception as exc:  # noqa: BLE001
+                answer = {"drop_error": f"{type(exc).__name__}: {exc}"}
+            else:
+                answer = question()
+            os.write(write_fd, json.dumps(answer).encode())
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as fh:
+        raw = fh.read()
+    os.waitpid(pid, 0)
+    reap(plan["uid"], orphans=orphans)
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
 def reap(uid: int, orphans: bool = False) -> None:
     """Kill every process of ``uid``: a helper becomes ``uid`` and signals all it may (only when
     one runs). A subreaper zygote passes ``orphans`` to collect the orphans it adopted."""
