@@ -31,8 +31,6 @@ BACKWARD = probes.BACKWARD
 # compiled once per grading run and served from triton's cache afterwards.
 AOT_SIZES = {"M": 2, "D": 8, "L": 2, "K": 2, "BLOCK_Q": 16, "BLOCK_D": 8}
 
-probes.warm_worker()  # acts in the aot grading worker only, never in the judge
-
 # -- Task 9.1: find_atomics --------------------------------------------------------------------
 SYNTHETIC_EXPECTED = ["atom.global.gpu.relaxed.add.f32", "atom.relaxed.gpu.global.cas.b32",
                       "red.global.add.L2::cache_hint.f32", "red.global.add.f32"]
