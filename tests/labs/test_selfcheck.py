@@ -154,7 +154,8 @@ GRADED_USE = {
     "renamed by update": 'globals().update(__name__="__main__")\nif __name__ == "__main__":\n'
                          '    from msda_labs.student.spec import msda\n',
     "renamed by setattr": 'import sys\nsetattr(sys.modules[__name__], "__name__", "__main__")\n'
-                          'if __name__ == "__main__":\n    from msda_labs.student.spec import msda\n',
+                          'if __name__ == "__main__":\n'
+                          '    from msda_labs.student.spec import msda\n',
 }
 
 
