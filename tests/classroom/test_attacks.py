@@ -14,7 +14,6 @@ root; elsewhere these tests skip.
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import os
 import shutil
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from classroom_kit import clean_env
+from kit import MANIFEST
 
 from msda_labs.cli import main
 
@@ -45,8 +45,6 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0,
                        reason="separation needs root (a uid of its own per child): the attack "
                               "suite runs where the graded run does, as root"),
-    pytest.mark.skipif(importlib.util.find_spec("msda_labs.grading.sandbox") is None,
-                       reason="this kit has no separation yet (msda_labs.grading.sandbox)"),
 ]
 LABS = sorted({a.lab for a in attacks(where="export")})
 SEPARATE = {"MSDA_SEPARATE": "1"}
@@ -121,6 +119,28 @@ def test_attacks_on_the_kits_files_score_zero_in_the_kit(attack, tmp_path):
     result, text = grade_in_kit(copy, attack.lab, env=SEPARATE)
     verdict = _verdict(attack, result, text[-1500:])
     assert verdict is None, verdict
+
+
+READ_CHIP = attacks("lab04", "kit")[0] if attacks("lab04", "kit") else None
+CHIP_LABS = [lab.id for lab in MANIFEST.labs if lab.built
+             and not any(a.name == "read-chip" for a in attacks(lab.id))]
+
+
+@pytest.mark.parametrize("lab", CHIP_LABS)
+def test_every_labs_own_chip_is_out_of_reach(lab, tmp_path):
+    """The read-chip attack (tests/attacks/lab04_read_chip.py) aimed at each other lab: its file
+    loads that lab's chip off disk and takes its functions. Under separation the chip folder is
+    closed to the child, so every task scores 0 (the import fails), in every lab."""
+    assert READ_CHIP is not None and READ_CHIP.name == "read-chip"
+    text = READ_CHIP.path.read_text().replace('"lab" + "04"', f'"lab" + "{lab[3:]}"')
+    text = text.replace("lab04_helpers", f"{lab}_helpers")
+    copy = tmp_path / f"{lab}.py"
+    copy.write_text(text)
+    result, output = grade_in_kit(copy, lab, env=SEPARATE)
+    assert result is not None, output[-1500:]
+    assert (result.get("separation") or {}).get("separated"), result.get("separation")
+    assert result["max_score"] > 0 and result["score"] == 0, \
+        f"{lab}/read-chip scored {result['score']}/{result['max_score']}"
 
 
 def test_a_daemon_cannot_rewrite_gradescopes_results(tmp_path):
