@@ -176,6 +176,14 @@ def register(subparsers) -> None:
     """Add ``export``, ``regrade``, ``report``, ``insight`` and ``progress`` to
     ``python -m msda_labs``."""
     raw = argparse.RawDescriptionHelpFormatter
+    _add_export(subparsers, raw)
+    _add_regrade(subparsers, raw)
+    _add_report(subparsers, raw)
+    _add_insight(subparsers, raw)
+    _add_progress(subparsers, raw)
+
+
+def _add_export(subparsers, raw) -> None:
     e = subparsers.add_parser("export", help="write template repositories (and teacher graders)",
                               description=__doc__, formatter_class=raw)
     e.add_argument("labs", nargs="+", metavar="LAB", help="lab ids, or 'all' (every ready lab)")
@@ -201,6 +209,8 @@ def register(subparsers) -> None:
                    help="Classroom 50 assignment name (default: the lab's folder name)")
     e.set_defaults(func=_cmd_export)
 
+
+def _add_regrade(subparsers, raw) -> None:
     r = subparsers.add_parser("regrade", help="regrade checkouts with pristine grading files",
                               description=__doc__, formatter_class=raw)
     r.add_argument("path", help="a student's checkout, or a folder of checkouts (batch)")
@@ -228,6 +238,8 @@ def register(subparsers) -> None:
                         "gradebook")
     r.set_defaults(func=_cmd_regrade)
 
+
+def _add_report(subparsers, raw) -> None:
     p = subparsers.add_parser("report", help="render a grade.json for a platform",
                               description=__doc__, formatter_class=raw)
     p.add_argument("grade_json", nargs="?", help="a grade.json written by `grade --json`")
@@ -239,6 +251,8 @@ def register(subparsers) -> None:
                    help="act as autograding-grading-reporter: read $<ID>_RESULTS of each runner")
     p.set_defaults(func=_cmd_report)
 
+
+def _add_insight(subparsers, raw) -> None:
     i = subparsers.add_parser("insight", help="a class report from graded results (HTML page)",
                               description=__doc__, formatter_class=raw)
     i.add_argument("paths", nargs="+", metavar="PATH",
@@ -256,6 +270,8 @@ def register(subparsers) -> None:
                         "kit's handouts)")
     i.set_defaults(func=_cmd_insight)
 
+
+def _add_progress(subparsers, raw) -> None:
     g = subparsers.add_parser("progress", help="where you stand across the labs of this checkout",
                               description=__doc__, formatter_class=raw)
     g.add_argument("labs", nargs="*", metavar="LAB", help="lab ids (default: every lab)")
