@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from classroom_kit import clean_env
-from kit import MANIFEST
+from kit import MANIFEST, separation_unavailable
 
 from msda_labs.cli import main
 
@@ -42,9 +41,9 @@ from attacks.suite import (  # noqa: E402
 )
 
 pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0,
-                       reason="separation needs root (a uid of its own per child): the attack "
-                              "suite runs where the graded run does, as root"),
+    pytest.mark.skipif(bool(separation_unavailable()),
+                       reason=f"the attack suite runs where the graded run does, separated: "
+                              f"{separation_unavailable()}"),
 ]
 LABS = sorted({a.lab for a in attacks(where="export")})
 SEPARATE = {"MSDA_SEPARATE": "1"}
