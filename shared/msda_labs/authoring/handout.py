@@ -74,16 +74,12 @@ def _collect(lab_dir: Path) -> _Collector:
 
 
 def _run_collection(lab_dir: Path) -> _Collector:
-    import os
-
-    import pytest
+    from msda_labs.grading.stage_run import collect
 
     collector = _Collector()
-    code = pytest.main([str(lab_dir / "tests"), "--collect-only", "-p", "no:terminal",
-                        "-p", "no:cacheprovider", "-c", os.devnull, "--rootdir", str(lab_dir),
-                        "--msda-stage", "all"], plugins=[collector])
-    if int(code) not in (0, 5):
-        raise RuntimeError(f"collecting the tests of {lab_dir} failed (pytest exit {int(code)})")
+    code = collect(lab_dir, collector, "all")
+    if code not in (0, 5):
+        raise RuntimeError(f"collecting the tests of {lab_dir} failed (pytest exit {code})")
     return collector
 
 

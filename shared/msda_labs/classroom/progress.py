@@ -19,7 +19,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -165,13 +164,11 @@ class _CpuTasks:
 
 
 def _collect_here(lab_dir: Path) -> dict[str, list]:
-    import pytest
+    from msda_labs.grading.stage_run import collect
 
     collector = _CpuTasks()
-    code = pytest.main([str(lab_dir / "tests"), "--collect-only", "-p", "no:terminal",
-                        "-p", "no:cacheprovider", "-c", os.devnull, "--rootdir", str(lab_dir),
-                        "--msda-stage", "cpu"], plugins=[collector])
-    if int(code) not in (0, 5):
+    code = collect(lab_dir, collector, "cpu")
+    if code not in (0, 5):
         raise SystemExit(f"collecting the tests of {lab_dir} failed (pytest exit {int(code)})")
     return collector.tasks
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from msda_labs.course.resolve import ResolvedLab
     from msda_labs.grading.results import GradeResult
 
-__all__ = ["SEED_ENV", "FALLBACK_TIMEOUT_S", "run_stage", "display_path"]
+__all__ = ["SEED_ENV", "FALLBACK_TIMEOUT_S", "run_stage", "collect", "display_path"]
 
 SEED_ENV = "MSDA_GRADE_SEED"  # the instructor's secret; see msda_labs.grading.secret
 FALLBACK_TIMEOUT_S = 60  # one test's code, when no manifest names the stage's limit
@@ -78,6 +78,17 @@ def display_path(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd()))
     except ValueError:
         return str(path.resolve())
+
+
+def collect(lab: Path, plugin, stage: str = "all") -> int:
+    """Collect (not run) the tests of the lab folder ``lab`` for ``stage``, with ``plugin`` (a
+    pytest plugin object) watching the collection. Returns pytest's exit status: 0, or 5 when
+    nothing was collected; anything else means the lab's tests are broken."""
+    import pytest
+
+    return int(pytest.main([str(lab / "tests"), "--collect-only", "-p", "no:terminal",
+                            "-p", "no:cacheprovider", "-c", os.devnull, "--rootdir", str(lab),
+                            "--msda-stage", stage], plugins=[plugin]))
 
 
 def run_stage(lab: ResolvedLab, submission: Path, *, stage: str = "cpu",
