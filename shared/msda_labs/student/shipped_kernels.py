@@ -170,8 +170,13 @@ def msda_backward_rows_kernel(
     Q, S,
     M: tl.constexpr, D: tl.constexpr, L: tl.constexpr, K: tl.constexpr, LK: tl.constexpr,
     IDX64: tl.constexpr, ORDER: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_D: tl.constexpr,
+    ATOMIC_LEVELS: tl.constexpr = 1 << 30,
 ):
-    """Program: BLOCK_Q queries x all L*K points x all D channels of one (batch, head)."""
+    """Program: BLOCK_Q queries x all L*K points x all D channels of one (batch, head).
+
+    grad_value gets the adds of the levels below ATOMIC_LEVELS; the other levels' adds are
+    left to :func:`msda_backward_merge_kernel`.
+    """
     b, m, pid_q = _program_coords(M, ORDER)
     offs_d = tl.arange(0, BLOCK_D)
     mask_d = offs_d < D
@@ -193,6 +198,17 @@ def msda_backward_rows_kernel(
     k01 = m01[:, None] & dm
     k10 = m10[:, None] & dm
     k11 = m11[:, None] & dm
+    if ATOMIC_LEVELS < L:
+        mine = ((tl.arange(0, BLOCK_Q * LK) % LK) // K < ATOMIC_LEVELS)[:, None]
+        a00 = k00 & mine
+        a01 = k01 & mine
+        a10 = k10 & mine
+        a11 = k11 & mine
+    else:
+        a00 = k00
+        a01 = k01
+        a10 = k10
+        a11 = k11
     v00 = tl.load(value_ptr + base + off00, mask=k00, other=0.0).to(tl.float32)
     v01 = tl.load(value_ptr + base + off01, mask=k01, other=0.0).to(tl.float32)
     v10 = tl.load(value_ptr + base + off10, mask=k10, other=0.0).to(tl.float32)
@@ -217,7 +233,175 @@ def msda_backward_rows_kernel(
     # Four channels (fp32) or eight (fp16, bf16) of one corner row are contiguous in a thread's
     # registers, so on SM 9.0 Triton emits one vector atomic for them (atom...add.v4.f32,
     # .v8.f16, .v8.bf16: read off the PTX on an H200 with triton 3.6, and here with 3.9).
-    tl.atomic_add(gv + off00, (share * w00[:, None]).to(out_ty), mask=k00, sem="relaxed")
-    tl.atomic_add(gv + off01, (share * w01[:, None]).to(out_ty), mask=k01, sem="relaxed")
-    tl.atomic_add(gv + off10, (share * w10[:, None]).to(out_ty), mask=k10, sem="relaxed")
-    tl.atomic_add(gv + off11, (share * w11[:, None]).to(out_ty), mask=k11, sem="relaxed")
+    tl.atomic_add(gv + off00, (share * w00[:, None]).to(out_ty), mask=a00, sem="relaxed")
+    tl.atomic_add(gv + off01, (share * w01[:, None]).to(out_ty), mask=a01, sem="relaxed")
+    tl.atomic_add(gv + off10, (share * w10[:, None]).to(out_ty), mask=a10, sem="relaxed")
+    tl.atomic_add(gv + off11, (share * w11[:, None]).to(out_ty), mask=a11, sem="relaxed")
+
+
+# ------------------------------------------------------------------------------------------------
+# Forward on channel slices (issue 10, session 19 probe).
+# ------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def msda_forward_slices_kernel(
+    value_ptr, shapes_ptr, starts_ptr, loc_ptr, attn_ptr, out_ptr,
+    Q, S,
+    M: tl.constexpr, D: tl.constexpr, L: tl.constexpr, K: tl.constexpr,
+    C: tl.constexpr, SLICED: tl.constexpr, EVICT_FROM: tl.constexpr, BLOCK_Q: tl.constexpr,
+):
+    """Program: BLOCK_Q queries x one slice of C channels of one (batch, head).
+
+    SLICED: value was laid out as (B, M, D // C, S, C), so one slice of one head is a dense
+    (S, C) block and the coarse levels' slices stay in L1 while every SM works on the same
+    slice (programs of one slice are neighbours in the grid). Otherwise value is (B, S, M, D).
+    Levels below EVICT_FROM are loaded with evict_first, so that they do not push the coarse
+    levels out of L1.
+    """
+    pid_q = tl.program_id(0)
+    g = tl.program_id(1)  # ((b * M + m) * (D // C) + j)
+    NC: tl.constexpr = D // C
+    j = g % NC
+    m = (g // NC) % M
+    b = (g // (NC * M)).to(tl.int64)
+    offs_q = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    offs_c = tl.arange(0, C)
+    mask_q = offs_q < Q
+    pq = (b * Q + offs_q.to(tl.int64)) * M + m
+    if SLICED:
+        head = value_ptr + g.to(tl.int64) * S * C + offs_c[None, :]
+        PIX: tl.constexpr = C
+    else:
+        head = value_ptr + (b * S * M + m) * D + j * C + offs_c[None, :]
+        PIX: tl.constexpr = M * D
+    two = tl.arange(0, 2)
+    acc = tl.zeros((BLOCK_Q, C), dtype=tl.float32)
+    for lvl in tl.static_range(L):
+        h = tl.load(shapes_ptr + 2 * lvl).to(tl.int32)
+        w = tl.load(shapes_ptr + 2 * lvl + 1).to(tl.int32)
+        start = tl.load(starts_ptr + lvl).to(tl.int32)
+        h_f = h.to(tl.float32)
+        w_f = w.to(tl.float32)
+        step_y = w * PIX
+        for k in tl.static_range(K):
+            p = pq * (L * K) + (lvl * K + k)
+            xy = tl.load(loc_ptr + 2 * p[:, None] + two[None, :], mask=mask_q[:, None],
+                         other=0.0).to(tl.float32)
+            loc_x, loc_y = tl.split(xy)
+            a = tl.load(attn_ptr + p, mask=mask_q, other=0.0).to(tl.float32)
+            x = tl.minimum(tl.maximum(loc_x * w_f - 0.5, -2.0), w_f + 1.0)
+            y = tl.minimum(tl.maximum(loc_y * h_f - 0.5, -2.0), h_f + 1.0)
+            x0f = tl.floor(x)
+            y0f = tl.floor(y)
+            lx = x - x0f
+            ly = y - y0f
+            x0 = x0f.to(tl.int32)
+            y0 = y0f.to(tl.int32)
+            vx0 = mask_q & (x0 >= 0) & (x0 < w)
+            vx1 = mask_q & (x0 + 1 >= 0) & (x0 + 1 < w)
+            vy0 = (y0 >= 0) & (y0 < h)
+            vy1 = (y0 + 1 >= 0) & (y0 + 1 < h)
+            off00 = ((start + y0 * w + x0) * PIX)[:, None]
+            if lvl < EVICT_FROM:
+                v00 = tl.load(head + off00, mask=(vy0 & vx0)[:, None], other=0.0,
+                              eviction_policy="evict_first")
+                v01 = tl.load(head + (off00 + PIX), mask=(vy0 & vx1)[:, None], other=0.0,
+                              eviction_policy="evict_first")
+                v10 = tl.load(head + (off00 + step_y), mask=(vy1 & vx0)[:, None], other=0.0,
+                              eviction_policy="evict_first")
+                v11 = tl.load(head + (off00 + step_y + PIX), mask=(vy1 & vx1)[:, None],
+                              other=0.0, eviction_policy="evict_first")
+            else:
+                v00 = tl.load(head + off00, mask=(vy0 & vx0)[:, None], other=0.0)
+                v01 = tl.load(head + (off00 + PIX), mask=(vy0 & vx1)[:, None], other=0.0)
+                v10 = tl.load(head + (off00 + step_y), mask=(vy1 & vx0)[:, None], other=0.0)
+                v11 = tl.load(head + (off00 + step_y + PIX), mask=(vy1 & vx1)[:, None],
+                              other=0.0)
+            w00 = a * (1.0 - lx) * (1.0 - ly)
+            w01 = a * lx * (1.0 - ly)
+            w10 = a * (1.0 - lx) * ly
+            w11 = a * lx * ly
+            acc += (w00[:, None] * v00.to(tl.float32) + w01[:, None] * v01.to(tl.float32)
+                    + w10[:, None] * v10.to(tl.float32) + w11[:, None] * v11.to(tl.float32))
+    tl.store(out_ptr + (pq * D + j * C)[:, None] + offs_c[None, :],
+             acc.to(out_ptr.dtype.element_ty), mask=mask_q[:, None])
+
+
+# ------------------------------------------------------------------------------------------------
+# Backward: the adds of one coarse level, merged per pixel inside a program before the atomic.
+# ------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _merge_same_pixel(k1, v1, k2, v2):
+    return k2, tl.where(k1 == k2, v1 + v2, v2)
+
+
+@triton.jit
+def msda_backward_merge_kernel(
+    shapes_ptr, starts_ptr, loc_ptr, attn_ptr, grad_out_ptr, grad_value_ptr,
+    Q, S,
+    M: tl.constexpr, D: tl.constexpr, L: tl.constexpr, K: tl.constexpr, KP: tl.constexpr,
+    LVL: tl.constexpr, BLOCK_Q: tl.constexpr, CD: tl.constexpr, LOG_N: tl.constexpr,
+):
+    """grad_value of level LVL for BLOCK_Q queries of one (batch, head).
+
+    The N = 4 * BLOCK_Q * KP corner adds of the program are sorted by pixel; a segmented scan
+    sums the adds of each pixel, and only the last add of a pixel's run goes to memory.
+    """
+    pid_q = tl.program_id(0)
+    pid_bm = tl.program_id(1)
+    b = (pid_bm // M).to(tl.int64)
+    m = pid_bm % M
+    N: tl.constexpr = 4 * BLOCK_Q * KP
+    idx = tl.arange(0, N)
+    corner = idx // (BLOCK_Q * KP)
+    i = idx % (BLOCK_Q * KP)
+    q = pid_q * BLOCK_Q + i // KP
+    k = i % KP
+    ok = (q < Q) & (k < K)
+    h = tl.load(shapes_ptr + 2 * LVL).to(tl.int32)
+    w = tl.load(shapes_ptr + 2 * LVL + 1).to(tl.int32)
+    start = tl.load(starts_ptr + LVL).to(tl.int32)
+    pq = (b * Q + q.to(tl.int64)) * M + m
+    p = pq * (L * K) + (LVL * K + k)
+    loc_x = tl.load(loc_ptr + 2 * p, mask=ok, other=0.0).to(tl.float32)
+    loc_y = tl.load(loc_ptr + 2 * p + 1, mask=ok, other=0.0).to(tl.float32)
+    a = tl.load(attn_ptr + p, mask=ok, other=0.0).to(tl.float32)
+    w_f = w.to(tl.float32)
+    h_f = h.to(tl.float32)
+    x = tl.minimum(tl.maximum(loc_x * w_f - 0.5, -2.0), w_f + 1.0)
+    y = tl.minimum(tl.maximum(loc_y * h_f - 0.5, -2.0), h_f + 1.0)
+    x0f = tl.floor(x)
+    y0f = tl.floor(y)
+    lx = x - x0f
+    ly = y - y0f
+    cx = corner % 2
+    cy = corner // 2
+    px = x0f.to(tl.int32) + cx
+    py = y0f.to(tl.int32) + cy
+    valid = ok & (px >= 0) & (px < w) & (py >= 0) & (py < h)
+    wx = tl.where(cx == 1, lx, 1.0 - lx)
+    wy = tl.where(cy == 1, ly, 1.0 - ly)
+    weight = a * wx * wy
+    NONE: tl.constexpr = (1 << (62 - LOG_N)) - 1  # sorts after every pixel
+    local = tl.where(valid, (py * w + px).to(tl.int64), NONE)
+    key = tl.sort((local << LOG_N) | idx.to(tl.int64))
+    order = (key & (N - 1)).to(tl.int32)
+    pixel = key >> LOG_N
+    s_weight = tl.gather(weight, order, 0)
+    s_row = tl.gather(pq, order, 0)
+    s_valid = pixel != NONE
+    after = tl.gather(pixel, tl.minimum(idx + 1, N - 1), 0)
+    last = s_valid & ((idx == N - 1) | (after != pixel))
+    row = (b * S + start + pixel) * M + m
+    offs = tl.arange(0, CD)
+    for c0 in tl.static_range(0, D, CD):
+        gr = tl.load(grad_out_ptr + (s_row * D + c0)[:, None] + offs[None, :],
+                     mask=s_valid[:, None], other=0.0).to(tl.float32)
+        add = gr * s_weight[:, None]
+        keys = tl.broadcast_to(pixel[:, None], (N, CD))
+        _, run = tl.associative_scan((keys, add), 0, _merge_same_pixel)
+        tl.atomic_add(grad_value_ptr + (row * D + c0)[:, None] + offs[None, :],
+                      run.to(grad_value_ptr.dtype.element_ty), mask=last[:, None], sem="relaxed")

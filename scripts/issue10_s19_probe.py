@@ -1,0 +1,265 @@
+"""Issue 10, session 19: channel-slice forward and merged coarse-level backward (H200 probe).
+
+    PYTHONPATH=shared:.peer python scripts/issue10_s19_probe.py OUT_DIR [--parts check,fwd,bwd]
+    TRITON_INTERPRET=1 PYTHONPATH=shared python scripts/issue10_s19_probe.py OUT --parts check
+
+* check: every variant below against the fp32 reference on a small problem (CPU interpreter or
+  GPU), and on the GPU at both presets in every dtype;
+* fwd: forward kernel time (torch.profiler sum over 50 calls, median of 3 alternating rounds;
+  the slice variants include the transpose of value) for the shipped kernel, the peer and the
+  slice variants (C, BLOCK_Q, num_warps, sliced layout or not, evict_first levels);
+* bwd: backward kernel time, same method (the zero fill included), for the shipped kernel, the
+  peer and merged variants (which levels are merged, BLOCK_Q of the merge, channel chunk).
+
+Results: OUT_DIR/s19-probe.json; the same lines are printed.
+"""
+
+# ruff: noqa: B023 - every closure below is called at once, inside its own loop iteration
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import triton
+
+from msda_labs.student import runtime, shipped
+from msda_labs.student.shipped_kernels import (
+    msda_backward_merge_kernel,
+    msda_backward_rows_kernel,
+    msda_forward_slices_kernel,
+)
+
+OUT = Path(sys.argv[1])
+OUT.mkdir(parents=True, exist_ok=True)
+PARTS = sys.argv[sys.argv.index("--parts") + 1].split(",") if "--parts" in sys.argv else [
+    "check", "fwd", "bwd"]
+DTYPES = (sys.argv[sys.argv.index("--dtypes") + 1].split(",") if "--dtypes" in sys.argv
+          else ["fp32", "fp16", "bf16"])
+RESULT: dict = {}
+
+
+def save():
+    (OUT / "s19-probe.json").write_text(json.dumps(RESULT, indent=1))
+
+
+def forward_slices(value, shapes, starts, loc, attn, C=None, block_q=32, warps=1, sliced=True,
+                   evict_from=0):
+    B, S, M, D = value.shape
+    _, Q, _, L, K, _ = loc.shape
+    if C is None:
+        C = 32 // value.element_size()
+    C = min(C, D)
+    if sliced:
+        value = value.view(B, S, M, D // C, C).permute(0, 2, 3, 1, 4).contiguous()
+    out = torch.empty((B, Q, M, D), dtype=value.dtype, device=value.device)
+    grid = (triton.cdiv(Q, block_q), B * M * (D // C))
+    msda_forward_slices_kernel[grid](value, shapes, starts, loc, attn, out, Q, S, M=M, D=D, L=L,
+                                     K=K, C=C, SLICED=sliced, EVICT_FROM=evict_from,
+                                     BLOCK_Q=block_q, num_warps=warps)
+    return out.view(B, Q, M * D)
+
+
+def backward_merged(value, shapes, starts, loc, attn, grad_out, merge_from=2, merge_bq=64,
+                    cd=8, merge_warps=4, bwd_block_q=None, bwd_warps=2, order=None):
+    B, S, M, D = value.shape
+    _, Q, _, L, K, _ = loc.shape
+    grad_out = grad_out.reshape(B, Q, M, D).contiguous()
+    grad_value = torch.zeros_like(value)
+    grad_loc = torch.empty_like(loc)
+    grad_attn = torch.empty_like(attn)
+    block_q = bwd_block_q or (2 if runtime.interpreted() else 1)
+    order = shipped._bwd_order(value.dtype) if order is None else order
+    LK = triton.next_power_of_2(L * K)
+    msda_backward_rows_kernel[shipped._grid(order, Q, block_q, B, M)](
+        value, shapes, starts, loc, attn, grad_out, grad_value, grad_loc, grad_attn, Q, S,
+        M=M, D=D, L=L, K=K, LK=LK, IDX64=False, ORDER=order, BLOCK_Q=block_q,
+        BLOCK_D=triton.next_power_of_2(D), ATOMIC_LEVELS=merge_from, num_warps=bwd_warps)
+    KP = triton.next_power_of_2(K)
+    n = 4 * merge_bq * KP
+    for lvl in range(merge_from, L):
+        msda_backward_merge_kernel[(triton.cdiv(Q, merge_bq), B * M)](
+            shapes, starts, loc, attn, grad_out, grad_value, Q, S, M=M, D=D, L=L, K=K, KP=KP,
+            LVL=lvl, BLOCK_Q=merge_bq, CD=min(cd, D), LOG_N=n.bit_length() - 1,
+            num_warps=merge_warps)
+    return grad_value, grad_loc, grad_attn
+
+
+def _reference(value, shapes, starts, loc, attn, grad_out):
+    from msda_labs.truth.reference import msda_reference
+
+    leaves = [t.detach().double().cpu().requires_grad_() for t in (value, loc, attn)]
+    out = msda_reference(leaves[0], shapes.cpu(), leaves[1], leaves[2])
+    grads = torch.autograd.grad(out, leaves, grad_out.double().cpu())
+    return out.detach(), grads
+
+
+def _err(got, ref):
+    got = got.detach().double().cpu()
+    return float((got - ref).abs().max() / ref.abs().max().clamp_min(1e-12))
+
+
+def _small(dtype, device):
+    gen = torch.Generator().manual_seed(3)
+    levels = [(6, 9), (3, 5), (2, 3)]
+    B, Q, M, D, K = 2, 13, 2, 32, 3
+    S = sum(h * w for h, w in levels)
+    value = torch.randn(B, S, M, D, generator=gen)
+    loc = torch.rand(B, Q, M, len(levels), K, 2, generator=gen) * 1.2 - 0.1
+    attn = torch.rand(B, Q, M, len(levels), K, generator=gen)
+    shapes = torch.tensor(levels)
+    sizes = shapes[:, 0] * shapes[:, 1]
+    starts = torch.cumsum(sizes, 0) - sizes
+    grad_out = torch.randn(B, Q, M * D, generator=gen)
+    return [t.to(device) if t.dtype == torch.int64 else t.to(device, dtype)
+            for t in (value, shapes, starts, loc, attn, grad_out)]
+
+
+FWD_VARIANTS = {
+    "slices": dict(),
+    "slices-evict1": dict(evict_from=1),
+    "strided": dict(sliced=False),
+}
+BWD_VARIANTS = {
+    "merge2": dict(merge_from=2),
+    "merge3": dict(merge_from=3),
+    "merge1": dict(merge_from=1),
+}
+
+
+def check_part():
+    device = "cuda" if torch.cuda.is_available() and not runtime.interpreted() else "cpu"
+    rows = []
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        if device == "cpu" and dtype != torch.float32:
+            continue
+        tol = 2e-5 if dtype == torch.float32 else 3e-2
+        inputs = _small(dtype, device)
+        ref_out, ref_grads = _reference(*inputs)
+        for name, kw in FWD_VARIANTS.items():
+            for extra in ({}, {"C": 4}):
+                got = forward_slices(*inputs[:5], **kw, **extra)
+                err = _err(got, ref_out)
+                rows.append((str(dtype), "fwd", name, str(extra), err, err < tol))
+        for name, kw in BWD_VARIANTS.items():
+            for extra in ({}, {"merge_bq": 8, "cd": 16}):
+                got = backward_merged(*inputs, **kw, **extra)
+                errs = [_err(g, r) for g, r in zip(got, ref_grads)]
+                rows.append((str(dtype), "bwd", name, str(extra), max(errs), max(errs) < tol))
+    for row in rows:
+        print(row, flush=True)
+    RESULT["check"] = rows
+    save()
+    assert all(r[-1] for r in rows), "a variant is wrong"
+
+
+def _kernel_us(fn, calls=50):
+    from msda_labs.gpu import opbench
+
+    return opbench.kernel_time_us(fn, calls)
+
+
+def _rounds(fns: dict, rounds=3):
+    times = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            times[name].append(_kernel_us(fn))
+    return {name: statistics.median(v) for name, v in times.items()}
+
+
+def _preset_cases():
+    from msda_labs.gpu import opbench
+
+    for preset in ("encoder", "decoder"):
+        for name in DTYPES:
+            dtype = opbench._torch_dtype(name)
+            yield preset, dtype, opbench.make_preset_inputs(preset, dtype, "cuda")
+
+
+def _peer():
+    from msda_labs.gpu import opbench
+
+    try:
+        return opbench.load_peer("msda_triton:multi_scale_deformable_attention").fn
+    except SystemExit as exc:
+        print("no peer:", exc)
+        return None
+
+
+def fwd_part():
+    peer = _peer()
+    res = []
+    for preset, dtype, (value, shapes, starts, loc, attn) in _preset_cases():
+        ref = shipped.msda_forward(value, shapes, starts, loc, attn).float()
+        fns = {"shipped": lambda: shipped.msda_forward(value, shapes, starts, loc, attn)}
+        if peer is not None:
+            fns["peer"] = lambda: peer(value, shapes, starts, loc, attn)
+        for C in (8, 16):
+            if C * value.element_size() < 32:
+                continue
+            for bq, nw in ((32, 1), (64, 2), (128, 4)):
+                for sliced, evict in ((True, 0), (True, 1), (False, 0)):
+                    name = f"C{C}-q{bq}-w{nw}-{'sl' if sliced else 'st'}-e{evict}"
+                    kw = dict(C=C, block_q=bq, warps=nw, sliced=sliced, evict_from=evict)
+                    got = forward_slices(value, shapes, starts, loc, attn, **kw).float()
+                    if not torch.allclose(got, ref, atol=1e-2, rtol=1e-2):
+                        print("MISMATCH", preset, dtype, name, flush=True)
+                        continue
+                    fns[name] = lambda kw=kw: forward_slices(value, shapes, starts, loc, attn,
+                                                             **kw)
+        times = _rounds(fns)
+        best = sorted(times.items(), key=lambda kv: kv[1])[:6]
+        line = {"preset": preset, "dtype": str(dtype), "times": times}
+        res.append(line)
+        print(preset, dtype, "shipped", round(times["shipped"], 1), "peer",
+              round(times.get("peer", float("nan")), 1), "best", best, flush=True)
+        RESULT["fwd"] = res
+        save()
+
+
+def bwd_part():
+    peer = _peer()
+    res = []
+    for preset, dtype, (value, shapes, starts, loc, attn) in _preset_cases():
+        gen = torch.Generator(device="cuda").manual_seed(1)
+        B, Q = loc.shape[0], loc.shape[1]
+        grad_out = torch.randn(B, Q, value.shape[2] * value.shape[3], device="cuda",
+                               generator=gen).to(value.dtype)
+        ref = shipped.msda_backward(value, shapes, starts, loc, attn, grad_out)
+        fns = {"shipped": lambda: shipped.msda_backward(value, shapes, starts, loc, attn,
+                                                         grad_out)}
+        if peer is not None:
+            leaves = [t.detach().clone().requires_grad_() for t in (value, loc, attn)]
+            out = peer(leaves[0], shapes, starts, leaves[1], leaves[2])
+            fns["peer"] = lambda: torch.autograd.grad(out, leaves, grad_out, retain_graph=True)
+        for merge_from in (2, 3):
+            for mbq, cd, mw in ((32, 8, 4), (64, 8, 4), (128, 4, 8)):
+                name = f"m{merge_from}-q{mbq}-c{cd}-w{mw}"
+                kw = dict(merge_from=merge_from, merge_bq=mbq, cd=cd, merge_warps=mw)
+                try:
+                    got = backward_merged(value, shapes, starts, loc, attn, grad_out, **kw)
+                except Exception as exc:  # noqa: BLE001 - a launch that fails is reported
+                    print("FAILED", name, type(exc).__name__, str(exc)[:200], flush=True)
+                    continue
+                bad = [not torch.allclose(g.float(), r.float(), atol=5e-2, rtol=5e-2)
+                       for g, r in zip(got, ref)]
+                if any(bad):
+                    print("MISMATCH", preset, dtype, name, bad, flush=True)
+                    continue
+                fns[name] = lambda kw=kw: backward_merged(value, shapes, starts, loc, attn,
+                                                          grad_out, **kw)
+        times = _rounds(fns)
+        best = sorted(times.items(), key=lambda kv: kv[1])[:6]
+        res.append({"preset": preset, "dtype": str(dtype), "times": times})
+        print(preset, dtype, "shipped", round(times["shipped"], 1), "peer",
+              round(times.get("peer", float("nan")), 1), "best", best, flush=True)
+        RESULT["bwd"] = res
+        save()
+
+
+if __name__ == "__main__":
+    for part in PARTS:
+        {"check": check_part, "fwd": fwd_part, "bwd": bwd_part}[part]()
