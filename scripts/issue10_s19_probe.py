@@ -28,8 +28,9 @@ import triton
 
 from msda_labs.student import runtime, shipped
 from msda_labs.student.shipped_kernels import (
-    msda_backward_merge_kernel,
-    msda_backward_rows_kernel,
+    msda_cells_backward_kernel,
+    msda_cells_count_kernel,
+    msda_cells_place_kernel,
     msda_forward_slices_kernel,
 )
 
@@ -63,28 +64,28 @@ def forward_slices(value, shapes, starts, loc, attn, C=None, block_q=32, warps=1
     return out.view(B, Q, M * D)
 
 
-def backward_merged(value, shapes, starts, loc, attn, grad_out, merge_from=2, merge_bq=64,
-                    cd=8, merge_warps=4, bwd_block_q=None, bwd_warps=2, order=None):
+def backward_cells(value, shapes, starts, loc, attn, grad_out, chunk=16, warps=1, block=512):
     B, S, M, D = value.shape
     _, Q, _, L, K, _ = loc.shape
     grad_out = grad_out.reshape(B, Q, M, D).contiguous()
+    NP = B * Q * M * L * K
+    CB = 2 * S + 2 * L
+    counts = torch.zeros(B * M * CB, dtype=torch.int32, device=value.device)
+    rank = torch.empty(NP, dtype=torch.int32, device=value.device)
+    records = torch.empty(NP, 4, dtype=torch.float32, device=value.device)
     grad_value = torch.zeros_like(value)
     grad_loc = torch.empty_like(loc)
     grad_attn = torch.empty_like(attn)
-    block_q = bwd_block_q or (2 if runtime.interpreted() else 1)
-    order = shipped._bwd_order(value.dtype) if order is None else order
-    LK = triton.next_power_of_2(L * K)
-    msda_backward_rows_kernel[shipped._grid(order, Q, block_q, B, M)](
-        value, shapes, starts, loc, attn, grad_out, grad_value, grad_loc, grad_attn, Q, S,
-        M=M, D=D, L=L, K=K, LK=LK, IDX64=False, ORDER=order, BLOCK_Q=block_q,
-        BLOCK_D=triton.next_power_of_2(D), ATOMIC_LEVELS=merge_from, num_warps=bwd_warps)
-    KP = triton.next_power_of_2(K)
-    n = 4 * merge_bq * KP
-    for lvl in range(merge_from, L):
-        msda_backward_merge_kernel[(triton.cdiv(Q, merge_bq), B * M)](
-            shapes, starts, loc, attn, grad_out, grad_value, Q, S, M=M, D=D, L=L, K=K, KP=KP,
-            LVL=lvl, BLOCK_Q=merge_bq, CD=min(cd, D), LOG_N=n.bit_length() - 1,
-            num_warps=merge_warps)
+    grid = (triton.cdiv(NP, block),)
+    msda_cells_count_kernel[grid](shapes, loc, counts, rank, grad_loc, grad_attn, NP, Q, CB,
+                                  M=M, L=L, K=K, BLOCK=block, num_warps=4)
+    ends = torch.cumsum(counts, 0, dtype=torch.int32)
+    msda_cells_place_kernel[grid](shapes, loc, attn, counts, ends, rank, records, NP, Q, CB,
+                                  M=M, L=L, K=K, BLOCK=block, num_warps=4)
+    msda_cells_backward_kernel[(CB, B * M)](
+        value, shapes, starts, counts, ends, records, grad_out, grad_value, grad_loc, grad_attn,
+        S, CB, M=M, D=D, L=L, K=K, BLOCK_D=triton.next_power_of_2(D), CHUNK=chunk,
+        num_warps=warps)
     return grad_value, grad_loc, grad_attn
 
 
@@ -124,9 +125,8 @@ FWD_VARIANTS = {
     "strided": dict(sliced=False),
 }
 BWD_VARIANTS = {
-    "merge2": dict(merge_from=2),
-    "merge3": dict(merge_from=3),
-    "merge1": dict(merge_from=1),
+    "cells": dict(),
+    "cells-c4": dict(chunk=4, warps=2),
 }
 
 
@@ -145,8 +145,8 @@ def check_part():
                 err = _err(got, ref_out)
                 rows.append((str(dtype), "fwd", name, str(extra), err, err < tol))
         for name, kw in BWD_VARIANTS.items():
-            for extra in ({}, {"merge_bq": 8, "cd": 16}):
-                got = backward_merged(*inputs, **kw, **extra)
+            for extra in ({}, {"block": 16}):
+                got = backward_cells(*inputs, **kw, **extra)
                 errs = [_err(g, r) for g, r in zip(got, ref_grads)]
                 rows.append((str(dtype), "bwd", name, str(extra), max(errs), max(errs) < tol))
     for row in rows:
@@ -235,12 +235,12 @@ def bwd_part():
             leaves = [t.detach().clone().requires_grad_() for t in (value, loc, attn)]
             out = peer(leaves[0], shapes, starts, leaves[1], leaves[2])
             fns["peer"] = lambda: torch.autograd.grad(out, leaves, grad_out, retain_graph=True)
-        for merge_from in (2, 3):
-            for mbq, cd, mw in ((32, 8, 4), (64, 8, 4), (128, 4, 8)):
-                name = f"m{merge_from}-q{mbq}-c{cd}-w{mw}"
-                kw = dict(merge_from=merge_from, merge_bq=mbq, cd=cd, merge_warps=mw)
+        for chunk, warps in ((8, 1), (16, 1), (16, 2), (32, 2), (32, 4)):
+            if True:
+                name = f"cells-c{chunk}-w{warps}"
+                kw = dict(chunk=chunk, warps=warps)
                 try:
-                    got = backward_merged(value, shapes, starts, loc, attn, grad_out, **kw)
+                    got = backward_cells(value, shapes, starts, loc, attn, grad_out, **kw)
                 except Exception as exc:  # noqa: BLE001 - a launch that fails is reported
                     print("FAILED", name, type(exc).__name__, str(exc)[:200], flush=True)
                     continue
@@ -249,7 +249,7 @@ def bwd_part():
                 if any(bad):
                     print("MISMATCH", preset, dtype, name, bad, flush=True)
                     continue
-                fns[name] = lambda kw=kw: backward_merged(value, shapes, starts, loc, attn,
+                fns[name] = lambda kw=kw: backward_cells(value, shapes, starts, loc, attn,
                                                           grad_out, **kw)
         times = _rounds(fns)
         best = sorted(times.items(), key=lambda kv: kv[1])[:6]

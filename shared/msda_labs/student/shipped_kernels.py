@@ -170,7 +170,7 @@ def msda_backward_rows_kernel(
     Q, S,
     M: tl.constexpr, D: tl.constexpr, L: tl.constexpr, K: tl.constexpr, LK: tl.constexpr,
     IDX64: tl.constexpr, ORDER: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_D: tl.constexpr,
-    ATOMIC_LEVELS: tl.constexpr = 1 << 30,
+    ATOMIC_LEVELS: tl.constexpr,
 ):
     """Program: BLOCK_Q queries x all L*K points x all D channels of one (batch, head).
 
@@ -329,79 +329,184 @@ def msda_forward_slices_kernel(
 
 
 # ------------------------------------------------------------------------------------------------
-# Backward: the adds of one coarse level, merged per pixel inside a program before the atomic.
+# Backward by cells (issue 10, session 19): points grouped by the cell of pixels they fall into.
+#
+# A point at (x, y) of a level reads the 2 x 2 pixels whose top-left corner is (floor(x),
+# floor(y)): its cell. Cells run over y0 in [-1, H - 1] and x0 in [-1, W - 1], (H + 1) x (W + 1)
+# per level, so that a point is in a cell exactly when at least one of its corners is inside the
+# level. Per (batch, head), the cells of the levels follow each other; their number is at most
+# 2 * S + 2 * L (H * W >= H + W - 1), which the host uses as the bound CB without reading shapes.
+#
+# 1. count: each point adds one to its cell's counter and keeps the old count as its rank.
+# 2. (host) ends = inclusive prefix sum of the counts.
+# 3. place: each point writes (lx, ly, weight, index) at ends[cell] - count[cell] + rank.
+# 4. cells: a program owns one cell: it loads the cell's four value rows once, walks the cell's
+#    points, writes their grad_loc and grad_attn, and sums their adds to each corner; the four
+#    sums go to grad_value with one atomic each. Atomics drop from 4 per point to 4 per cell.
 # ------------------------------------------------------------------------------------------------
 
 
 @triton.jit
-def _merge_same_pixel(k1, v1, k2, v2):
-    return k2, tl.where(k1 == k2, v1 + v2, v2)
-
-
-@triton.jit
-def msda_backward_merge_kernel(
-    shapes_ptr, starts_ptr, loc_ptr, attn_ptr, grad_out_ptr, grad_value_ptr,
-    Q, S,
-    M: tl.constexpr, D: tl.constexpr, L: tl.constexpr, K: tl.constexpr, KP: tl.constexpr,
-    LVL: tl.constexpr, BLOCK_Q: tl.constexpr, CD: tl.constexpr, LOG_N: tl.constexpr,
-):
-    """grad_value of level LVL for BLOCK_Q queries of one (batch, head).
-
-    The N = 4 * BLOCK_Q * KP corner adds of the program are sorted by pixel; a segmented scan
-    sums the adds of each pixel, and only the last add of a pixel's run goes to memory.
-    """
-    pid_q = tl.program_id(0)
-    pid_bm = tl.program_id(1)
-    b = (pid_bm // M).to(tl.int64)
-    m = pid_bm % M
-    N: tl.constexpr = 4 * BLOCK_Q * KP
-    idx = tl.arange(0, N)
-    corner = idx // (BLOCK_Q * KP)
-    i = idx % (BLOCK_Q * KP)
-    q = pid_q * BLOCK_Q + i // KP
-    k = i % KP
-    ok = (q < Q) & (k < K)
-    h = tl.load(shapes_ptr + 2 * LVL).to(tl.int32)
-    w = tl.load(shapes_ptr + 2 * LVL + 1).to(tl.int32)
-    start = tl.load(starts_ptr + LVL).to(tl.int32)
-    pq = (b * Q + q.to(tl.int64)) * M + m
-    p = pq * (L * K) + (LVL * K + k)
+def _cell_of_point(shapes_ptr, loc_ptr, p, ok, Q, CB,
+                   M: tl.constexpr, L: tl.constexpr, K: tl.constexpr):
+    """Cell key (over all (batch, head)s), whether the point has a cell, and its fractions."""
+    pt = p % (L * K)
+    lvl = pt // K
+    pq = p // (L * K)
+    m = pq % M
+    b = pq // (Q * M)
+    h = tl.load(shapes_ptr + 2 * lvl, mask=ok, other=0).to(tl.int32)
+    w = tl.load(shapes_ptr + 2 * lvl + 1, mask=ok, other=0).to(tl.int32)
+    base = tl.zeros_like(lvl)
+    for earlier in tl.static_range(L):
+        he = tl.load(shapes_ptr + 2 * earlier).to(tl.int32)
+        we = tl.load(shapes_ptr + 2 * earlier + 1).to(tl.int32)
+        cells = tl.where((he > 0) & (we > 0), (he + 1) * (we + 1), 0)
+        base += tl.where(lvl > earlier, cells, 0)
     loc_x = tl.load(loc_ptr + 2 * p, mask=ok, other=0.0).to(tl.float32)
     loc_y = tl.load(loc_ptr + 2 * p + 1, mask=ok, other=0.0).to(tl.float32)
-    a = tl.load(attn_ptr + p, mask=ok, other=0.0).to(tl.float32)
     w_f = w.to(tl.float32)
     h_f = h.to(tl.float32)
     x = tl.minimum(tl.maximum(loc_x * w_f - 0.5, -2.0), w_f + 1.0)
     y = tl.minimum(tl.maximum(loc_y * h_f - 0.5, -2.0), h_f + 1.0)
     x0f = tl.floor(x)
     y0f = tl.floor(y)
-    lx = x - x0f
-    ly = y - y0f
-    cx = corner % 2
-    cy = corner // 2
-    px = x0f.to(tl.int32) + cx
-    py = y0f.to(tl.int32) + cy
-    valid = ok & (px >= 0) & (px < w) & (py >= 0) & (py < h)
-    wx = tl.where(cx == 1, lx, 1.0 - lx)
-    wy = tl.where(cy == 1, ly, 1.0 - ly)
-    weight = a * wx * wy
-    NONE: tl.constexpr = (1 << (62 - LOG_N)) - 1  # sorts after every pixel
-    local = tl.where(valid, (py * w + px).to(tl.int64), NONE)
-    key = tl.sort((local << LOG_N) | idx.to(tl.int64))
-    order = (key & (N - 1)).to(tl.int32)
-    pixel = key >> LOG_N
-    s_weight = tl.gather(weight, order, 0)
-    s_row = tl.gather(pq, order, 0)
-    s_valid = pixel != NONE
-    after = tl.gather(pixel, tl.minimum(idx + 1, N - 1), 0)
-    last = s_valid & ((idx == N - 1) | (after != pixel))
-    row = (b * S + start + pixel) * M + m
-    offs = tl.arange(0, CD)
-    for c0 in tl.static_range(0, D, CD):
-        gr = tl.load(grad_out_ptr + (s_row * D + c0)[:, None] + offs[None, :],
-                     mask=s_valid[:, None], other=0.0).to(tl.float32)
-        add = gr * s_weight[:, None]
-        keys = tl.broadcast_to(pixel[:, None], (N, CD))
-        _, run = tl.associative_scan((keys, add), 0, _merge_same_pixel)
-        tl.atomic_add(grad_value_ptr + (row * D + c0)[:, None] + offs[None, :],
-                      run.to(grad_value_ptr.dtype.element_ty), mask=last[:, None], sem="relaxed")
+    x0 = x0f.to(tl.int32)
+    y0 = y0f.to(tl.int32)
+    inside = ok & (h > 0) & (w > 0) & (x0 >= -1) & (x0 < w) & (y0 >= -1) & (y0 < h)
+    key = (b * M + m) * CB + base + (y0 + 1) * (w + 1) + (x0 + 1)
+    return key, inside, x - x0f, y - y0f
+
+
+@triton.jit
+def msda_cells_count_kernel(shapes_ptr, loc_ptr, counts_ptr, rank_ptr, grad_loc_ptr,
+                            grad_attn_ptr, NP, Q, CB, M: tl.constexpr, L: tl.constexpr,
+                            K: tl.constexpr, BLOCK: tl.constexpr):
+    """Step 1: every point's rank in its cell; points outside every cell get zero gradients."""
+    p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = p < NP
+    key, inside, _, _ = _cell_of_point(shapes_ptr, loc_ptr, p, ok, Q, CB, M, L, K)
+    rank = tl.atomic_add(counts_ptr + key, tl.full((BLOCK,), 1, tl.int32), mask=inside,
+                         sem="relaxed")
+    tl.store(rank_ptr + p, rank, mask=inside)
+    outside = ok & (inside == 0)
+    tl.store(grad_attn_ptr + p, tl.zeros((BLOCK,), grad_attn_ptr.dtype.element_ty), mask=outside)
+    zero = tl.zeros((BLOCK,), grad_loc_ptr.dtype.element_ty)
+    tl.store(grad_loc_ptr + 2 * p, zero, mask=outside)
+    tl.store(grad_loc_ptr + 2 * p + 1, zero, mask=outside)
+
+
+@triton.jit
+def msda_cells_place_kernel(shapes_ptr, loc_ptr, attn_ptr, counts_ptr, ends_ptr, rank_ptr,
+                            records_ptr, NP, Q, CB, M: tl.constexpr, L: tl.constexpr,
+                            K: tl.constexpr, BLOCK: tl.constexpr):
+    """Step 3: each point's record (lx, ly, weight, point index) at its place in its cell."""
+    p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = p < NP
+    key, inside, lx, ly = _cell_of_point(shapes_ptr, loc_ptr, p, ok, Q, CB, M, L, K)
+    first = tl.load(ends_ptr + key, mask=inside, other=0) - tl.load(counts_ptr + key,
+                                                                    mask=inside, other=0)
+    at = (first + tl.load(rank_ptr + p, mask=inside, other=0)) * 4
+    a = tl.load(attn_ptr + p, mask=inside, other=0.0).to(tl.float32)
+    tl.store(records_ptr + at, lx, mask=inside)
+    tl.store(records_ptr + at + 1, ly, mask=inside)
+    tl.store(records_ptr + at + 2, a, mask=inside)
+    tl.store(records_ptr + at + 3, p.to(tl.float32, bitcast=True), mask=inside)
+
+
+@triton.jit
+def msda_cells_backward_kernel(
+    value_ptr, shapes_ptr, starts_ptr, counts_ptr, ends_ptr, records_ptr, grad_out_ptr,
+    grad_value_ptr, grad_loc_ptr, grad_attn_ptr,
+    S, CB,
+    M: tl.constexpr, D: tl.constexpr, L: tl.constexpr, K: tl.constexpr,
+    BLOCK_D: tl.constexpr, CHUNK: tl.constexpr,
+):
+    """Step 4: one cell of one (batch, head); see the section's comment."""
+    c = CB - 1 - tl.program_id(0)  # the coarse levels' crowded cells start first
+    bm = tl.program_id(1)
+    b = (bm // M).to(tl.int64)
+    m = bm % M
+    key = bm * CB + c
+    end = tl.load(ends_ptr + key)
+    first = end - tl.load(counts_ptr + key)
+    # Which level the cell is in, and where (a cell past the last level has no points).
+    base = 0
+    h = 0
+    w = 0
+    start = 0
+    cell0 = 0
+    for lvl in tl.static_range(L):
+        hl = tl.load(shapes_ptr + 2 * lvl).to(tl.int32)
+        wl = tl.load(shapes_ptr + 2 * lvl + 1).to(tl.int32)
+        cells = tl.where((hl > 0) & (wl > 0), (hl + 1) * (wl + 1), 0)
+        here = (c >= base) & (c < base + cells)
+        h = tl.where(here, hl, h)
+        w = tl.where(here, wl, w)
+        start = tl.where(here, tl.load(starts_ptr + lvl).to(tl.int32), start)
+        cell0 = tl.where(here, base, cell0)
+        base += cells
+    local = c - cell0
+    y0 = local // (w + 1) - 1
+    x0 = local % (w + 1) - 1
+    offs_d = tl.arange(0, BLOCK_D)
+    dm = offs_d < D
+    head = (b * S * M + m) * D + offs_d
+    pix00 = (start + y0 * w + x0).to(tl.int64) * (M * D)
+    # The corners' validity as [BLOCK_D] vectors (a scalar mask combined with a vector one is
+    # not a valid mask for the interpreter).
+    y0v = y0 + tl.zeros_like(offs_d)
+    x0v = x0 + tl.zeros_like(offs_d)
+    ok00 = dm & (y0v >= 0) & (x0v >= 0)
+    ok01 = dm & (y0v >= 0) & (x0v + 1 < w)
+    ok10 = dm & (y0v + 1 < h) & (x0v >= 0)
+    ok11 = dm & (y0v + 1 < h) & (x0v + 1 < w)
+    step_y = w.to(tl.int64) * (M * D)
+    v00 = tl.load(value_ptr + head + pix00, mask=ok00, other=0.0).to(tl.float32)
+    v01 = tl.load(value_ptr + head + pix00 + M * D, mask=ok01, other=0.0).to(tl.float32)
+    v10 = tl.load(value_ptr + head + pix00 + step_y, mask=ok10, other=0.0).to(tl.float32)
+    v11 = tl.load(value_ptr + head + pix00 + step_y + M * D, mask=ok11,
+                  other=0.0).to(tl.float32)
+    w_f = w.to(tl.float32)
+    h_f = h.to(tl.float32)
+    acc00 = tl.zeros((BLOCK_D,), tl.float32)
+    acc01 = tl.zeros((BLOCK_D,), tl.float32)
+    acc10 = tl.zeros((BLOCK_D,), tl.float32)
+    acc11 = tl.zeros((BLOCK_D,), tl.float32)
+    rows = tl.arange(0, CHUNK)
+    loc_ty = grad_loc_ptr.dtype.element_ty
+    for i in range(first, end, CHUNK):
+        r = i + rows
+        ok = r < end
+        lx = tl.load(records_ptr + 4 * r, mask=ok, other=0.0)
+        ly = tl.load(records_ptr + 4 * r + 1, mask=ok, other=0.0)
+        a = tl.load(records_ptr + 4 * r + 2, mask=ok, other=0.0)
+        p = tl.load(records_ptr + 4 * r + 3, mask=ok, other=0.0).to(tl.int32, bitcast=True)
+        pq = (p // (L * K)).to(tl.int64)
+        g = tl.load(grad_out_ptr + (pq * D)[:, None] + offs_d[None, :],
+                    mask=ok[:, None] & dm[None, :], other=0.0).to(tl.float32)
+        w00 = (1.0 - lx) * (1.0 - ly)
+        w01 = lx * (1.0 - ly)
+        w10 = (1.0 - lx) * ly
+        w11 = lx * ly
+        sampled = (w00[:, None] * v00[None, :] + w01[:, None] * v01[None, :]
+                   + w10[:, None] * v10[None, :] + w11[:, None] * v11[None, :])
+        d_x = (v01 - v00)[None, :] * (1.0 - ly)[:, None] + (v11 - v10)[None, :] * ly[:, None]
+        d_y = (v10 - v00)[None, :] * (1.0 - lx)[:, None] + (v11 - v01)[None, :] * lx[:, None]
+        tl.store(grad_attn_ptr + p, tl.sum(g * sampled, axis=1).to(
+            grad_attn_ptr.dtype.element_ty), mask=ok)
+        tl.store(grad_loc_ptr + 2 * p, (a * w_f * tl.sum(g * d_x, axis=1)).to(loc_ty), mask=ok)
+        tl.store(grad_loc_ptr + 2 * p + 1, (a * h_f * tl.sum(g * d_y, axis=1)).to(loc_ty),
+                 mask=ok)
+        share = g * a[:, None]
+        acc00 += tl.sum(share * w00[:, None], axis=0)
+        acc01 += tl.sum(share * w01[:, None], axis=0)
+        acc10 += tl.sum(share * w10[:, None], axis=0)
+        acc11 += tl.sum(share * w11[:, None], axis=0)
+    some = (end + tl.zeros_like(offs_d)) > first
+    gv = grad_value_ptr + head + pix00
+    out_ty = grad_value_ptr.dtype.element_ty
+    tl.atomic_add(gv, acc00.to(out_ty), mask=ok00 & some, sem="relaxed")
+    tl.atomic_add(gv + M * D, acc01.to(out_ty), mask=ok01 & some, sem="relaxed")
+    tl.atomic_add(gv + step_y, acc10.to(out_ty), mask=ok10 & some, sem="relaxed")
+    tl.atomic_add(gv + step_y + M * D, acc11.to(out_ty), mask=ok11 & some, sem="relaxed")
