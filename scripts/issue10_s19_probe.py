@@ -1,4 +1,4 @@
-"""Issue 10, session 19: channel-slice forward and merged coarse-level backward (H200 probe).
+"""Issue 10, session 19: a channel-slice forward and a backward by cells (H200 probe).
 
     PYTHONPATH=shared:.peer python scripts/issue10_s19_probe.py OUT_DIR [--parts check,fwd,bwd]
     TRITON_INTERPRET=1 PYTHONPATH=shared python scripts/issue10_s19_probe.py OUT --parts check
@@ -8,8 +8,11 @@
 * fwd: forward kernel time (torch.profiler sum over 50 calls, median of 3 alternating rounds;
   the slice variants include the transpose of value) for the shipped kernel, the peer and the
   slice variants (C, BLOCK_Q, num_warps, sliced layout or not, evict_first levels);
-* bwd: backward kernel time, same method (the zero fill included), for the shipped kernel, the
-  peer and merged variants (which levels are merged, BLOCK_Q of the merge, channel chunk).
+* bwd: backward kernel time, same method (the zero fills and the prefix sum included), for the
+  shipped kernel, the peer and the backward by cells (points per chunk, warps).
+
+The kernels are in ``issue10_s19_kernels.py`` next to this file; none of them is shipped (each
+was slower than the shipped one on the H200: docs/results/h200-msda-operator.md).
 
 Results: OUT_DIR/s19-probe.json; the same lines are printed.
 """
@@ -25,14 +28,15 @@ from pathlib import Path
 
 import torch
 import triton
-
-from msda_labs.student import runtime, shipped
-from msda_labs.student.shipped_kernels import (
+from issue10_s19_kernels import (
     msda_cells_backward_kernel,
     msda_cells_count_kernel,
     msda_cells_place_kernel,
     msda_forward_slices_kernel,
+    msda_forward_split_kernel,
 )
+
+from msda_labs.student import runtime, shipped
 
 OUT = Path(sys.argv[1])
 OUT.mkdir(parents=True, exist_ok=True)
@@ -61,6 +65,16 @@ def forward_slices(value, shapes, starts, loc, attn, C=None, block_q=32, warps=1
     msda_forward_slices_kernel[grid](value, shapes, starts, loc, attn, out, Q, S, M=M, D=D, L=L,
                                      K=K, C=C, SLICED=sliced, EVICT_FROM=evict_from,
                                      BLOCK_Q=block_q, num_warps=warps)
+    return out.view(B, Q, M * D)
+
+
+def forward_split(value, shapes, starts, loc, attn, split=2, block_q=8, warps=1):
+    B, S, M, D = value.shape
+    _, Q, _, L, K, _ = loc.shape
+    out = torch.empty((B, Q, M, D), dtype=value.dtype, device=value.device)
+    msda_forward_split_kernel[(triton.cdiv(Q, block_q), B * M)](
+        value, shapes, starts, loc, attn, out, Q, S, M=M, D=D, L=L, K=K, SPLIT=split,
+        BLOCK_Q=block_q, num_warps=warps)
     return out.view(B, Q, M * D)
 
 
@@ -139,6 +153,10 @@ def check_part():
         tol = 2e-5 if dtype == torch.float32 else 3e-2
         inputs = _small(dtype, device)
         ref_out, ref_grads = _reference(*inputs)
+        for split in (1, 2, 4):
+            got = forward_split(*inputs[:5], split=split)
+            err = _err(got, ref_out)
+            rows.append((str(dtype), "fwd", f"split{split}", "", err, err < tol))
         for name, kw in FWD_VARIANTS.items():
             for extra in ({}, {"C": 4}):
                 got = forward_slices(*inputs[:5], **kw, **extra)
@@ -187,6 +205,28 @@ def _peer():
     except SystemExit as exc:
         print("no peer:", exc)
         return None
+
+
+def split_part():
+    res = []
+    for preset, dtype, (value, shapes, starts, loc, attn) in _preset_cases():
+        ref = shipped.msda_forward(value, shapes, starts, loc, attn).float()
+        fns = {"shipped": lambda: shipped.msda_forward(value, shapes, starts, loc, attn)}
+        splits = (1, 2, 4) if value.element_size() == 4 else (1, 2)
+        for split in splits:
+            for bq, nw in ((4, 1), (8, 1), (8, 2), (16, 2), (32, 4)):
+                name = f"split{split}-q{bq}-w{nw}"
+                kw = dict(split=split, block_q=bq, warps=nw)
+                got = forward_split(value, shapes, starts, loc, attn, **kw).float()
+                if not torch.allclose(got, ref, atol=1e-2, rtol=1e-2):
+                    print("MISMATCH", preset, dtype, name, flush=True)
+                    continue
+                fns[name] = lambda kw=kw: forward_split(value, shapes, starts, loc, attn, **kw)
+        times = _rounds(fns)
+        res.append({"preset": preset, "dtype": str(dtype), "times": times})
+        print(preset, dtype, sorted((round(v, 1), k) for k, v in times.items())[:8], flush=True)
+        RESULT["split"] = res
+        save()
 
 
 def fwd_part():
@@ -262,4 +302,4 @@ def bwd_part():
 
 if __name__ == "__main__":
     for part in PARTS:
-        {"check": check_part, "fwd": fwd_part, "bwd": bwd_part}[part]()
+        {"check": check_part, "fwd": fwd_part, "bwd": bwd_part, "split": split_part}[part]()

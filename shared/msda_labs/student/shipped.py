@@ -263,7 +263,7 @@ def _backward_launch(value, spatial_shapes, level_start_index, sampling_location
     _BACKWARD(_grid(order, Q, block_q, B, M),
               (value, shapes, starts, loc, attn, grad_out, grad_value, grad_loc, grad_attn, Q, S,
                M, D, L, K, triton.next_power_of_2(L * K), _needs_int64(B, S, Q, M, D, L, K),
-               order, block_q, triton.next_power_of_2(D), L), num_warps or BWD_NUM_WARPS)
+               order, block_q, triton.next_power_of_2(D)), num_warps or BWD_NUM_WARPS)
     if grad_value.dtype != value.dtype:
         grad_value = grad_value.to(value.dtype)
     return grad_value, grad_loc, grad_attn
