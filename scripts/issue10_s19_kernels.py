@@ -376,3 +376,96 @@ def msda_forward_split_kernel(
     if SPLIT >= 4:
         tl.store(out + 2 * DC, acc2.to(ty), mask=mask_q[:, None])
         tl.store(out + 3 * DC, acc3.to(ty), mask=mask_q[:, None])
+
+
+# ------------------------------------------------------------------------------------------------
+# Backward with the channels split over SPLIT register tiles (issue 10, session 19 probe): the
+# shipped point-row backward, with each thread holding SPLIT vectors of a row (see the split
+# forward above), so that the row's scalar work is repeated by SPLIT times fewer threads.
+# ------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def msda_backward_split_kernel(
+    value_ptr, shapes_ptr, starts_ptr, loc_ptr, attn_ptr, grad_out_ptr,
+    grad_value_ptr, grad_loc_ptr, grad_attn_ptr,
+    Q, S,
+    M: tl.constexpr, D: tl.constexpr, L: tl.constexpr, K: tl.constexpr, LK: tl.constexpr,
+    SPLIT: tl.constexpr, BLOCK_Q: tl.constexpr,
+):
+    """Program: BLOCK_Q queries x all L*K points x all D channels of one (batch, head)."""
+    pid_q = tl.program_id(0)
+    pid_bm = tl.program_id(1)
+    b = (pid_bm // M).to(tl.int64)
+    m = pid_bm % M
+    DC: tl.constexpr = D // SPLIT
+    rows = tl.arange(0, BLOCK_Q * LK)
+    q = pid_q * BLOCK_Q + rows // LK
+    pt = rows % LK
+    ok = (q < Q) & (pt < L * K)
+    lvl = pt // K
+    h = tl.load(shapes_ptr + 2 * lvl, mask=ok, other=1).to(tl.int32)
+    w = tl.load(shapes_ptr + 2 * lvl + 1, mask=ok, other=1).to(tl.int32)
+    start = tl.load(starts_ptr + lvl, mask=ok, other=0).to(tl.int32)
+    pq = (b.to(tl.int32) * Q + q) * M + m
+    p = pq * (L * K) + pt
+    loc_x = tl.load(loc_ptr + 2 * p, mask=ok, other=0.0).to(tl.float32)
+    loc_y = tl.load(loc_ptr + 2 * p + 1, mask=ok, other=0.0).to(tl.float32)
+    a = tl.load(attn_ptr + p, mask=ok, other=0.0).to(tl.float32)
+    w_f = w.to(tl.float32)
+    h_f = h.to(tl.float32)
+    x = tl.minimum(tl.maximum(loc_x * w_f - 0.5, -2.0), w_f + 1.0)
+    y = tl.minimum(tl.maximum(loc_y * h_f - 0.5, -2.0), h_f + 1.0)
+    x0f = tl.floor(x)
+    y0f = tl.floor(y)
+    lx = x - x0f
+    ly = y - y0f
+    x0 = x0f.to(tl.int32)
+    y0 = y0f.to(tl.int32)
+    vx0 = ok & (x0 >= 0) & (x0 < w)
+    vx1 = ok & (x0 + 1 >= 0) & (x0 + 1 < w)
+    vy0 = (y0 >= 0) & (y0 < h)
+    vy1 = (y0 + 1 >= 0) & (y0 + 1 < h)
+    PIX: tl.constexpr = M * D
+    off00 = ((start + y0 * w + x0) * PIX)[:, None]
+    step_y = (w * PIX)[:, None]
+    m00 = (vy0 & vx0)[:, None]
+    m01 = (vy0 & vx1)[:, None]
+    m10 = (vy1 & vx0)[:, None]
+    m11 = (vy1 & vx1)[:, None]
+    w00 = (1.0 - lx) * (1.0 - ly)
+    w01 = lx * (1.0 - ly)
+    w10 = (1.0 - lx) * ly
+    w11 = lx * ly
+    offs_c = tl.arange(0, DC)[None, :]
+    head = (b * S * M + m) * D + offs_c
+    sum_a = tl.zeros_like(lx)
+    sum_x = tl.zeros_like(lx)
+    sum_y = tl.zeros_like(lx)
+    out_ty = grad_value_ptr.dtype.element_ty
+    for t in tl.static_range(SPLIT):
+        g = tl.load(grad_out_ptr + (pq * D + t * DC)[:, None] + offs_c, mask=ok[:, None],
+                    other=0.0).to(tl.float32)
+        at = head + t * DC + off00
+        v00 = tl.load(value_ptr + at, mask=m00, other=0.0).to(tl.float32)
+        v01 = tl.load(value_ptr + at + PIX, mask=m01, other=0.0).to(tl.float32)
+        v10 = tl.load(value_ptr + at + step_y, mask=m10, other=0.0).to(tl.float32)
+        v11 = tl.load(value_ptr + at + step_y + PIX, mask=m11, other=0.0).to(tl.float32)
+        sampled = (w00[:, None] * v00 + w01[:, None] * v01 + w10[:, None] * v10
+                   + w11[:, None] * v11)
+        d_x = (v01 - v00) * (1.0 - ly)[:, None] + (v11 - v10) * ly[:, None]
+        d_y = (v10 - v00) * (1.0 - lx)[:, None] + (v11 - v01) * lx[:, None]
+        sum_a += tl.sum(g * sampled, axis=1)
+        sum_x += tl.sum(g * d_x, axis=1)
+        sum_y += tl.sum(g * d_y, axis=1)
+        share = g * a[:, None]
+        gv = grad_value_ptr + at
+        tl.atomic_add(gv, (share * w00[:, None]).to(out_ty), mask=m00, sem="relaxed")
+        tl.atomic_add(gv + PIX, (share * w01[:, None]).to(out_ty), mask=m01, sem="relaxed")
+        tl.atomic_add(gv + step_y, (share * w10[:, None]).to(out_ty), mask=m10, sem="relaxed")
+        tl.atomic_add(gv + step_y + PIX, (share * w11[:, None]).to(out_ty), mask=m11,
+                      sem="relaxed")
+    tl.store(grad_attn_ptr + p, sum_a.to(grad_attn_ptr.dtype.element_ty), mask=ok)
+    loc_ty = grad_loc_ptr.dtype.element_ty
+    tl.store(grad_loc_ptr + 2 * p, (a * w_f * sum_x).to(loc_ty), mask=ok)
+    tl.store(grad_loc_ptr + 2 * p + 1, (a * h_f * sum_y).to(loc_ty), mask=ok)

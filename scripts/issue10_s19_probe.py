@@ -1,10 +1,13 @@
 """Issue 10, session 19: a channel-slice forward and a backward by cells (H200 probe).
 
-    PYTHONPATH=shared:.peer python scripts/issue10_s19_probe.py OUT_DIR [--parts check,fwd,bwd]
+    PYTHONPATH=shared:.peer python scripts/issue10_s19_probe.py OUT [--parts check,split,fwd,bwd]
     TRITON_INTERPRET=1 PYTHONPATH=shared python scripts/issue10_s19_probe.py OUT --parts check
 
 * check: every variant below against the fp32 reference on a small problem (CPU interpreter or
   GPU), and on the GPU at both presets in every dtype;
+* split: forward and backward kernel time of the split-tile kernels (SPLIT x BLOCK_Q x
+  num_warps) against the shipped ones, both presets (no peer: its numbers are in session 18's
+  table and in the other parts);
 * fwd: forward kernel time (torch.profiler sum over 50 calls, median of 3 alternating rounds;
   the slice variants include the transpose of value) for the shipped kernel, the peer and the
   slice variants (C, BLOCK_Q, num_warps, sliced layout or not, evict_first levels);
@@ -29,6 +32,7 @@ from pathlib import Path
 import torch
 import triton
 from issue10_s19_kernels import (
+    msda_backward_split_kernel,
     msda_cells_backward_kernel,
     msda_cells_count_kernel,
     msda_cells_place_kernel,
@@ -76,6 +80,20 @@ def forward_split(value, shapes, starts, loc, attn, split=2, block_q=8, warps=1)
         value, shapes, starts, loc, attn, out, Q, S, M=M, D=D, L=L, K=K, SPLIT=split,
         BLOCK_Q=block_q, num_warps=warps)
     return out.view(B, Q, M * D)
+
+
+def backward_split(value, shapes, starts, loc, attn, grad_out, split=2, block_q=1, warps=2):
+    B, S, M, D = value.shape
+    _, Q, _, L, K, _ = loc.shape
+    grad_out = grad_out.reshape(B, Q, M, D).contiguous()
+    grad_value = torch.zeros_like(value)
+    grad_loc = torch.empty_like(loc)
+    grad_attn = torch.empty_like(attn)
+    msda_backward_split_kernel[(triton.cdiv(Q, block_q), B * M)](
+        value, shapes, starts, loc, attn, grad_out, grad_value, grad_loc, grad_attn, Q, S,
+        M=M, D=D, L=L, K=K, LK=triton.next_power_of_2(L * K), SPLIT=split, BLOCK_Q=block_q,
+        num_warps=warps)
+    return grad_value, grad_loc, grad_attn
 
 
 def backward_cells(value, shapes, starts, loc, attn, grad_out, chunk=16, warps=1, block=512):
@@ -162,6 +180,10 @@ def check_part():
                 got = forward_slices(*inputs[:5], **kw, **extra)
                 err = _err(got, ref_out)
                 rows.append((str(dtype), "fwd", name, str(extra), err, err < tol))
+        for split in (1, 2, 4):
+            got = backward_split(*inputs, split=split, block_q=2)
+            errs = [_err(g, r) for g, r in zip(got, ref_grads)]
+            rows.append((str(dtype), "bwd", f"split{split}", "", max(errs), max(errs) < tol))
         for name, kw in BWD_VARIANTS.items():
             for extra in ({}, {"block": 16}):
                 got = backward_cells(*inputs, **kw, **extra)
@@ -223,7 +245,26 @@ def split_part():
                     continue
                 fns[name] = lambda kw=kw: forward_split(value, shapes, starts, loc, attn, **kw)
         times = _rounds(fns)
-        res.append({"preset": preset, "dtype": str(dtype), "times": times})
+        res.append({"preset": preset, "dtype": str(dtype), "pass": "fwd", "times": times})
+        print(preset, dtype, sorted((round(v, 1), k) for k, v in times.items())[:8], flush=True)
+        gen = torch.Generator(device="cuda").manual_seed(1)
+        grad_out = torch.randn(ref.shape, device="cuda", generator=gen).to(value.dtype)
+        want = shipped.msda_backward(value, shapes, starts, loc, attn, grad_out)
+        fns = {"shipped": lambda: shipped.msda_backward(value, shapes, starts, loc, attn,
+                                                         grad_out)}
+        for split in splits:
+            for bq, nw in ((1, 1), (1, 2), (2, 2), (2, 4)):
+                name = f"bsplit{split}-q{bq}-w{nw}"
+                kw = dict(split=split, block_q=bq, warps=nw)
+                got = backward_split(value, shapes, starts, loc, attn, grad_out, **kw)
+                if not all(torch.allclose(g.float(), r.float(), atol=5e-2, rtol=5e-2)
+                           for g, r in zip(got[1:], want[1:])):
+                    print("MISMATCH", preset, dtype, name, flush=True)
+                    continue
+                fns[name] = lambda kw=kw: backward_split(value, shapes, starts, loc, attn,
+                                                         grad_out, **kw)
+        times = _rounds(fns)
+        res.append({"preset": preset, "dtype": str(dtype), "pass": "bwd", "times": times})
         print(preset, dtype, sorted((round(v, 1), k) for k, v in times.items())[:8], flush=True)
         RESULT["split"] = res
         save()
