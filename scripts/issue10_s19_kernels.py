@@ -7,9 +7,50 @@ msda_labs.student.shipped_kernels; these are kept here so that the probe can be 
 import triton
 import triton.language as tl
 
+from msda_labs.student.shipped_kernels import _point_rows
+
 # ------------------------------------------------------------------------------------------------
 # Forward on channel slices (issue 10, session 19 probe).
 # ------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _forward_point(loc_ptr, attn_ptr, p, mask_q, h, w, start, PIX: tl.constexpr):
+    """One point of each query row: the offset of corner (y0, x0), the corners' validity as
+    [rows, 1] masks and their weights (attention weight included) as [rows, 1]."""
+    two = tl.arange(0, 2)
+    xy = tl.load(loc_ptr + 2 * p[:, None] + two[None, :], mask=mask_q[:, None],
+                 other=0.0).to(tl.float32)
+    loc_x, loc_y = tl.split(xy)
+    a = tl.load(attn_ptr + p, mask=mask_q, other=0.0).to(tl.float32)
+    w_f = w.to(tl.float32)
+    h_f = h.to(tl.float32)
+    x = tl.minimum(tl.maximum(loc_x * w_f - 0.5, -2.0), w_f + 1.0)
+    y = tl.minimum(tl.maximum(loc_y * h_f - 0.5, -2.0), h_f + 1.0)
+    x0f = tl.floor(x)
+    y0f = tl.floor(y)
+    lx = x - x0f
+    ly = y - y0f
+    x0 = x0f.to(tl.int32)
+    y0 = y0f.to(tl.int32)
+    vx0 = mask_q & (x0 >= 0) & (x0 < w)
+    vx1 = mask_q & (x0 + 1 >= 0) & (x0 + 1 < w)
+    vy0 = (y0 >= 0) & (y0 < h)
+    vy1 = (y0 + 1 >= 0) & (y0 + 1 < h)
+    off00 = ((start + y0 * w + x0) * PIX)[:, None]
+    return (off00, (vy0 & vx0)[:, None], (vy0 & vx1)[:, None], (vy1 & vx0)[:, None],
+            (vy1 & vx1)[:, None], (a * (1.0 - lx) * (1.0 - ly))[:, None],
+            (a * lx * (1.0 - ly))[:, None], (a * (1.0 - lx) * ly)[:, None],
+            (a * lx * ly)[:, None])
+
+
+@triton.jit
+def _bilinear(head, off00, step_y, PIX: tl.constexpr, m00, m01, m10, m11, w00, w01, w10, w11):
+    v00 = tl.load(head + off00, mask=m00, other=0.0).to(tl.float32)
+    v01 = tl.load(head + (off00 + PIX), mask=m01, other=0.0).to(tl.float32)
+    v10 = tl.load(head + (off00 + step_y), mask=m10, other=0.0).to(tl.float32)
+    v11 = tl.load(head + (off00 + step_y + PIX), mask=m11, other=0.0).to(tl.float32)
+    return w00 * v00 + w01 * v01 + w10 * v10 + w11 * v11
 
 
 @triton.jit
@@ -43,55 +84,29 @@ def msda_forward_slices_kernel(
     else:
         head = value_ptr + (b * S * M + m) * D + j * C + offs_c[None, :]
         PIX: tl.constexpr = M * D
-    two = tl.arange(0, 2)
     acc = tl.zeros((BLOCK_Q, C), dtype=tl.float32)
     for lvl in tl.static_range(L):
         h = tl.load(shapes_ptr + 2 * lvl).to(tl.int32)
         w = tl.load(shapes_ptr + 2 * lvl + 1).to(tl.int32)
         start = tl.load(starts_ptr + lvl).to(tl.int32)
-        h_f = h.to(tl.float32)
-        w_f = w.to(tl.float32)
         step_y = w * PIX
         for k in tl.static_range(K):
             p = pq * (L * K) + (lvl * K + k)
-            xy = tl.load(loc_ptr + 2 * p[:, None] + two[None, :], mask=mask_q[:, None],
-                         other=0.0).to(tl.float32)
-            loc_x, loc_y = tl.split(xy)
-            a = tl.load(attn_ptr + p, mask=mask_q, other=0.0).to(tl.float32)
-            x = tl.minimum(tl.maximum(loc_x * w_f - 0.5, -2.0), w_f + 1.0)
-            y = tl.minimum(tl.maximum(loc_y * h_f - 0.5, -2.0), h_f + 1.0)
-            x0f = tl.floor(x)
-            y0f = tl.floor(y)
-            lx = x - x0f
-            ly = y - y0f
-            x0 = x0f.to(tl.int32)
-            y0 = y0f.to(tl.int32)
-            vx0 = mask_q & (x0 >= 0) & (x0 < w)
-            vx1 = mask_q & (x0 + 1 >= 0) & (x0 + 1 < w)
-            vy0 = (y0 >= 0) & (y0 < h)
-            vy1 = (y0 + 1 >= 0) & (y0 + 1 < h)
-            off00 = ((start + y0 * w + x0) * PIX)[:, None]
+            off00, m00, m01, m10, m11, w00, w01, w10, w11 = _forward_point(
+                loc_ptr, attn_ptr, p, mask_q, h, w, start, PIX)
             if lvl < EVICT_FROM:
-                v00 = tl.load(head + off00, mask=(vy0 & vx0)[:, None], other=0.0,
+                v00 = tl.load(head + off00, mask=m00, other=0.0, eviction_policy="evict_first")
+                v01 = tl.load(head + (off00 + PIX), mask=m01, other=0.0,
                               eviction_policy="evict_first")
-                v01 = tl.load(head + (off00 + PIX), mask=(vy0 & vx1)[:, None], other=0.0,
+                v10 = tl.load(head + (off00 + step_y), mask=m10, other=0.0,
                               eviction_policy="evict_first")
-                v10 = tl.load(head + (off00 + step_y), mask=(vy1 & vx0)[:, None], other=0.0,
+                v11 = tl.load(head + (off00 + step_y + PIX), mask=m11, other=0.0,
                               eviction_policy="evict_first")
-                v11 = tl.load(head + (off00 + step_y + PIX), mask=(vy1 & vx1)[:, None],
-                              other=0.0, eviction_policy="evict_first")
+                acc += (w00 * v00.to(tl.float32) + w01 * v01.to(tl.float32)
+                        + w10 * v10.to(tl.float32) + w11 * v11.to(tl.float32))
             else:
-                v00 = tl.load(head + off00, mask=(vy0 & vx0)[:, None], other=0.0)
-                v01 = tl.load(head + (off00 + PIX), mask=(vy0 & vx1)[:, None], other=0.0)
-                v10 = tl.load(head + (off00 + step_y), mask=(vy1 & vx0)[:, None], other=0.0)
-                v11 = tl.load(head + (off00 + step_y + PIX), mask=(vy1 & vx1)[:, None],
-                              other=0.0)
-            w00 = a * (1.0 - lx) * (1.0 - ly)
-            w01 = a * lx * (1.0 - ly)
-            w10 = a * (1.0 - lx) * ly
-            w11 = a * lx * ly
-            acc += (w00[:, None] * v00.to(tl.float32) + w01[:, None] * v01.to(tl.float32)
-                    + w10[:, None] * v10.to(tl.float32) + w11[:, None] * v11.to(tl.float32))
+                acc += _bilinear(head, off00, step_y, PIX, m00, m01, m10, m11, w00, w01, w10,
+                                 w11)
     tl.store(out_ptr + (pq * D + j * C)[:, None] + offs_c[None, :],
              acc.to(out_ptr.dtype.element_ty), mask=mask_q[:, None])
 
@@ -293,15 +308,6 @@ def msda_cells_backward_kernel(
 
 
 @triton.jit
-def _bilinear(head, off00, step_y, PIX: tl.constexpr, m00, m01, m10, m11, w00, w01, w10, w11):
-    v00 = tl.load(head + off00, mask=m00, other=0.0).to(tl.float32)
-    v01 = tl.load(head + (off00 + PIX), mask=m01, other=0.0).to(tl.float32)
-    v10 = tl.load(head + (off00 + step_y), mask=m10, other=0.0).to(tl.float32)
-    v11 = tl.load(head + (off00 + step_y + PIX), mask=m11, other=0.0).to(tl.float32)
-    return w00 * v00 + w01 * v01 + w10 * v10 + w11 * v11
-
-
-@triton.jit
 def msda_forward_split_kernel(
     value_ptr, shapes_ptr, starts_ptr, loc_ptr, attn_ptr, out_ptr,
     Q, S,
@@ -320,7 +326,6 @@ def msda_forward_split_kernel(
     pq = (b.to(tl.int32) * Q + offs_q) * M + m
     head = value_ptr + (b * S * M + m) * D + offs_c[None, :]
     PIX: tl.constexpr = M * D
-    two = tl.arange(0, 2)
     acc0 = tl.zeros((BLOCK_Q, DC), dtype=tl.float32)
     acc1 = tl.zeros((BLOCK_Q, DC), dtype=tl.float32)
     acc2 = tl.zeros((BLOCK_Q, DC), dtype=tl.float32)
@@ -329,36 +334,11 @@ def msda_forward_split_kernel(
         h = tl.load(shapes_ptr + 2 * lvl).to(tl.int32)
         w = tl.load(shapes_ptr + 2 * lvl + 1).to(tl.int32)
         start = tl.load(starts_ptr + lvl).to(tl.int32)
-        h_f = h.to(tl.float32)
-        w_f = w.to(tl.float32)
         step_y = w * PIX
         for k in tl.static_range(K):
             p = pq * (L * K) + (lvl * K + k)
-            xy = tl.load(loc_ptr + 2 * p[:, None] + two[None, :], mask=mask_q[:, None],
-                         other=0.0).to(tl.float32)
-            loc_x, loc_y = tl.split(xy)
-            a = tl.load(attn_ptr + p, mask=mask_q, other=0.0).to(tl.float32)
-            x = tl.minimum(tl.maximum(loc_x * w_f - 0.5, -2.0), w_f + 1.0)
-            y = tl.minimum(tl.maximum(loc_y * h_f - 0.5, -2.0), h_f + 1.0)
-            x0f = tl.floor(x)
-            y0f = tl.floor(y)
-            lx = x - x0f
-            ly = y - y0f
-            x0 = x0f.to(tl.int32)
-            y0 = y0f.to(tl.int32)
-            vx0 = mask_q & (x0 >= 0) & (x0 < w)
-            vx1 = mask_q & (x0 + 1 >= 0) & (x0 + 1 < w)
-            vy0 = (y0 >= 0) & (y0 < h)
-            vy1 = (y0 + 1 >= 0) & (y0 + 1 < h)
-            off00 = ((start + y0 * w + x0) * PIX)[:, None]
-            m00 = (vy0 & vx0)[:, None]
-            m01 = (vy0 & vx1)[:, None]
-            m10 = (vy1 & vx0)[:, None]
-            m11 = (vy1 & vx1)[:, None]
-            w00 = (a * (1.0 - lx) * (1.0 - ly))[:, None]
-            w01 = (a * lx * (1.0 - ly))[:, None]
-            w10 = (a * (1.0 - lx) * ly)[:, None]
-            w11 = (a * lx * ly)[:, None]
+            off00, m00, m01, m10, m11, w00, w01, w10, w11 = _forward_point(
+                loc_ptr, attn_ptr, p, mask_q, h, w, start, PIX)
             acc0 += _bilinear(head, off00, step_y, PIX, m00, m01, m10, m11, w00, w01, w10, w11)
             if SPLIT >= 2:
                 acc1 += _bilinear(head + DC, off00, step_y, PIX, m00, m01, m10, m11,
@@ -399,40 +379,16 @@ def msda_backward_split_kernel(
     b = (pid_bm // M).to(tl.int64)
     m = pid_bm % M
     DC: tl.constexpr = D // SPLIT
-    rows = tl.arange(0, BLOCK_Q * LK)
-    q = pid_q * BLOCK_Q + rows // LK
-    pt = rows % LK
-    ok = (q < Q) & (pt < L * K)
-    lvl = pt // K
-    h = tl.load(shapes_ptr + 2 * lvl, mask=ok, other=1).to(tl.int32)
-    w = tl.load(shapes_ptr + 2 * lvl + 1, mask=ok, other=1).to(tl.int32)
-    start = tl.load(starts_ptr + lvl, mask=ok, other=0).to(tl.int32)
-    pq = (b.to(tl.int32) * Q + q) * M + m
-    p = pq * (L * K) + pt
-    loc_x = tl.load(loc_ptr + 2 * p, mask=ok, other=0.0).to(tl.float32)
-    loc_y = tl.load(loc_ptr + 2 * p + 1, mask=ok, other=0.0).to(tl.float32)
-    a = tl.load(attn_ptr + p, mask=ok, other=0.0).to(tl.float32)
-    w_f = w.to(tl.float32)
-    h_f = h.to(tl.float32)
-    x = tl.minimum(tl.maximum(loc_x * w_f - 0.5, -2.0), w_f + 1.0)
-    y = tl.minimum(tl.maximum(loc_y * h_f - 0.5, -2.0), h_f + 1.0)
-    x0f = tl.floor(x)
-    y0f = tl.floor(y)
-    lx = x - x0f
-    ly = y - y0f
-    x0 = x0f.to(tl.int32)
-    y0 = y0f.to(tl.int32)
-    vx0 = ok & (x0 >= 0) & (x0 < w)
-    vx1 = ok & (x0 + 1 >= 0) & (x0 + 1 < w)
-    vy0 = (y0 >= 0) & (y0 < h)
-    vy1 = (y0 + 1 >= 0) & (y0 + 1 < h)
+    (pq, p, ok, a, lx, ly, h_f, w_f, pix00, w,
+     ok00, ok01, ok10, ok11) = _point_rows(shapes_ptr, starts_ptr, loc_ptr, attn_ptr, b, m, pid_q,
+                                          Q, M, L, K, LK, BLOCK_Q, False)
     PIX: tl.constexpr = M * D
-    off00 = ((start + y0 * w + x0) * PIX)[:, None]
+    off00 = (pix00 * PIX)[:, None]
     step_y = (w * PIX)[:, None]
-    m00 = (vy0 & vx0)[:, None]
-    m01 = (vy0 & vx1)[:, None]
-    m10 = (vy1 & vx0)[:, None]
-    m11 = (vy1 & vx1)[:, None]
+    m00 = ok00[:, None]
+    m01 = ok01[:, None]
+    m10 = ok10[:, None]
+    m11 = ok11[:, None]
     w00 = (1.0 - lx) * (1.0 - ly)
     w01 = lx * (1.0 - ly)
     w10 = (1.0 - lx) * ly
