@@ -295,7 +295,7 @@ def host_part():
     torch.cuda.synchronize()
     res: dict = {"do_bench": {n: [] for n in ops}, "host_step": {n: [] for n in ops},
                  "host_fwd": {n: [] for n in ops}}
-    for _ in range(5):
+    for _ in range(3):
         for name in ops:
             res["do_bench"][name].append(do_bench(steps[name], warmup=5, rep=40,
                                                   return_mode="median") * 1e3)
@@ -320,10 +320,11 @@ def host_part():
     prof.disable()
     torch.cuda.synchronize()
     buf = io.StringIO()
-    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(30)
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(25)
+    pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(30)
     RESULT["host"] = {"samples": res, "median": summary, "kit_profile": buf.getvalue()}
     save()
-    print(buf.getvalue()[:6000], flush=True)
+    print(buf.getvalue()[:9000], flush=True)
 
 
 if __name__ == "__main__":
