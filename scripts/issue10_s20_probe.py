@@ -327,7 +327,69 @@ def host_part():
     print(buf.getvalue()[:9000], flush=True)
 
 
+def _host_us(fn, n=100):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    us = (time.perf_counter() - t0) * 1e6 / n
+    torch.cuda.synchronize()
+    return us
+
+
+def host2_part():
+    """Host time of the backward alone, kit against peer, and of its pieces."""
+    from msda_labs.chips import lab10
+    from msda_labs.gpu import opbench
+
+    peer = opbench.load_peer("msda_triton:multi_scale_deformable_attention").fn
+    value, shapes, starts, loc, attn = opbench.make_preset_inputs("decoder", torch.float32,
+                                                                  "cuda")
+    leaves = [t.detach().clone().requires_grad_(True) for t in (value, loc, attn)]
+    grad_out = torch.randn(4, 300, 256, device="cuda")
+    out = {}
+    for name, fn in (("kit", lab10.msda), ("peer", peer)):
+        kept = fn(leaves[0], shapes, starts, leaves[1], leaves[2])
+        for _ in range(3):
+            torch.autograd.grad(kept, leaves, grad_out, retain_graph=True)
+        out[name] = kept
+    pieces = {
+        "kit_bwd_grad": lambda: torch.autograd.grad(out["kit"], leaves, grad_out,
+                                                    retain_graph=True),
+        "peer_bwd_grad": lambda: torch.autograd.grad(out["peer"], leaves, grad_out,
+                                                     retain_graph=True),
+        "kit_msda_backward": lambda: shipped.msda_backward(value, shapes, starts, loc, attn,
+                                                           grad_out),
+        "zeros_91MB": lambda: torch.zeros_like(value),
+        "kit_fwd_nograd": lambda: shipped.msda_forward(value, shapes, starts, loc, attn),
+        "empty_like_loc": lambda: torch.empty_like(loc),
+    }
+    for _ in range(2):
+        for fn in pieces.values():
+            _host_us(fn, 20)
+    res = {name: [] for name in pieces}
+    for _ in range(5):
+        for name, fn in pieces.items():
+            res[name].append(_host_us(fn))
+    summary = {n: round(statistics.median(v), 1) for n, v in res.items()}
+    print("host2", summary, flush=True)
+    profiles = {}
+    for name in ("kit_bwd_grad", "peer_bwd_grad"):
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(200):
+            pieces[name]()
+        prof.disable()
+        torch.cuda.synchronize()
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(14)
+        profiles[name] = buf.getvalue()
+        print(name, buf.getvalue()[:3500], flush=True)
+    RESULT["host2"] = {"samples": res, "median": summary, "profiles": profiles}
+    save()
+
+
 if __name__ == "__main__":
     for part in PARTS:
         {"check": check_part, "tma": tma_part, "evict": evict_part,
-         "host": host_part}[part]()
+         "host": host_part, "host2": host2_part}[part]()
