@@ -327,6 +327,85 @@ def host_part():
     print(buf.getvalue()[:9000], flush=True)
 
 
+def forward_nreg(value, shapes, starts, loc, attn, block_q=4, warps=1, maxnreg=None):
+    B, S, M, D = value.shape
+    _, Q, _, L, K, _ = loc.shape
+    out = torch.empty(B, Q, M, D, dtype=value.dtype, device=value.device)
+    extra = {} if maxnreg is None else {"maxnreg": maxnreg}
+    shipped.msda_forward_tiles_kernel[(triton.cdiv(Q, block_q), B * M)](
+        value, shapes, starts, loc, attn, out, Q, S, triton.next_power_of_2(Q), M=M, D=D, L=L,
+        K=K, IDX64=False, ORDER=0, BLOCK_Q=block_q, BLOCK_D=triton.next_power_of_2(D),
+        num_warps=warps, **extra)
+    return out.view(B, Q, M * D)
+
+
+def backward_nreg(value, shapes, starts, loc, attn, grad_out, warps=2, maxnreg=None,
+                  block_q=1):
+    B, S, M, D = value.shape
+    _, Q, _, L, K, _ = loc.shape
+    grad_value = torch.zeros(B, S, M, D, dtype=value.dtype, device=value.device)
+    grad_loc = torch.empty_like(loc)
+    grad_attn = torch.empty_like(attn)
+    order = 0 if value.dtype == torch.float32 else 1
+    extra = {} if maxnreg is None else {"maxnreg": maxnreg}
+    shipped.msda_backward_rows_kernel[shipped._grid(order, Q, block_q, B, M)](
+        value, shapes, starts, loc, attn, grad_out.reshape(B, Q, M, D), grad_value, grad_loc,
+        grad_attn, Q, S, M=M, D=D, L=L, K=K, LK=triton.next_power_of_2(L * K), IDX64=False,
+        ORDER=order, BLOCK_Q=block_q, BLOCK_D=triton.next_power_of_2(D), num_warps=warps,
+        **extra)
+    return grad_value, grad_loc, grad_attn
+
+
+def nreg_part():
+    """The shipped kernels with their register count capped (more warps resident per SM)."""
+    res = []
+    for preset, dtype, (value, shapes, starts, loc, attn) in _preset_cases():
+        want = shipped.msda_forward(value, shapes, starts, loc, attn)
+        fns = {"shipped": lambda: shipped.msda_forward(value, shapes, starts, loc, attn)}
+        tiles = ((4, 1), (8, 2), (16, 4)) if value.element_size() == 4 else ((16, 2), (32, 4))
+        for bq, nw in tiles:
+            for mr in (None, 64, 96, 128, 168):
+                name = f"f-q{bq}-w{nw}-r{mr}"
+                kw = dict(block_q=bq, warps=nw, maxnreg=mr)
+                try:
+                    got = forward_nreg(value, shapes, starts, loc, attn, **kw)
+                except Exception as exc:  # noqa: BLE001 - reported, not fatal
+                    print("FAILED", name, type(exc).__name__, str(exc)[:200], flush=True)
+                    continue
+                if not _close([got], [want], 1e-2):
+                    print("MISMATCH", preset, dtype, name, flush=True)
+                    continue
+                fns[name] = lambda kw=kw: forward_nreg(value, shapes, starts, loc, attn, **kw)
+        gen = torch.Generator(device="cuda").manual_seed(1)
+        grad_out = torch.randn(want.shape, device="cuda", generator=gen).to(value.dtype)
+        bwant = shipped.msda_backward(value, shapes, starts, loc, attn, grad_out)
+        fns["bshipped"] = lambda: shipped.msda_backward(value, shapes, starts, loc, attn,
+                                                        grad_out)
+        tol = 1e-3 if value.dtype == torch.float32 else 5e-2
+        for nw in (1, 2, 4):
+            for mr in (None, 40, 48, 64):
+                name = f"b-w{nw}-r{mr}"
+                kw = dict(warps=nw, maxnreg=mr)
+                try:
+                    got = backward_nreg(value, shapes, starts, loc, attn, grad_out, **kw)
+                except Exception as exc:  # noqa: BLE001 - reported, not fatal
+                    print("FAILED", name, type(exc).__name__, str(exc)[:200], flush=True)
+                    continue
+                if not _close(got, bwant, tol):
+                    print("MISMATCH", preset, dtype, name, flush=True)
+                    continue
+                fns[name] = lambda kw=kw: backward_nreg(value, shapes, starts, loc, attn,
+                                                        grad_out, **kw)
+        times = _rounds(fns)
+        res.append({"preset": preset, "dtype": str(dtype), "times": times})
+        print(preset, dtype, "fwd", sorted((round(v, 1), k) for k, v in times.items()
+                                           if not k.startswith("b"))[:6], flush=True)
+        print(preset, dtype, "bwd", sorted((round(v, 1), k) for k, v in times.items()
+                                           if k.startswith("b"))[:6], flush=True)
+        RESULT["nreg"] = res
+        save()
+
+
 def _host_us(fn, n=100):
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -392,4 +471,4 @@ def host2_part():
 if __name__ == "__main__":
     for part in PARTS:
         {"check": check_part, "tma": tma_part, "evict": evict_part,
-         "host": host_part, "host2": host2_part}[part]()
+         "host": host_part, "host2": host2_part, "nreg": nreg_part}[part]()
