@@ -8,6 +8,8 @@
   costs 2 bulk reductions instead of 4*D/4 (fp32) or 4*D/8 (half) vector atomics. A corner
   outside its level gets weight 0 (the box may then add zeros into a neighbouring pixel, which
   changes nothing); boxes outside (B*S) are clipped by the hardware.
+* ``msda_forward_loop_kernel``: the shipped forward with the K points of a level in a loop that
+  is not unrolled (the unrolled fp32 forward holds 224 registers a thread on SM 9.0).
 * ``msda_forward_evict_kernel`` / ``msda_backward_evict_kernel``: the shipped kernels with L2
   eviction hints: the streamed tensors (locations, weights, grad_out, the outputs) evict first,
   value's gathered rows evict last, so that more of value stays in the 50 MB L2.
@@ -133,6 +135,70 @@ def msda_forward_evict_kernel(
         w_f = w.to(tl.float32)
         step_y = w * (M * D)
         for k in tl.static_range(K):
+            p = pq * (L * K) + (lvl * K + k)
+            xy = tl.load(loc_ptr + 2 * p[:, None] + two[None, :], mask=mask_q[:, None],
+                         other=0.0, eviction_policy=STREAM).to(tl.float32)
+            loc_x, loc_y = tl.split(xy)
+            a = tl.load(attn_ptr + p, mask=mask_q, other=0.0,
+                        eviction_policy=STREAM).to(tl.float32)
+            x = tl.minimum(tl.maximum(loc_x * w_f - 0.5, -2.0), w_f + 1.0)
+            y = tl.minimum(tl.maximum(loc_y * h_f - 0.5, -2.0), h_f + 1.0)
+            x0f = tl.floor(x)
+            y0f = tl.floor(y)
+            lx = x - x0f
+            ly = y - y0f
+            x0 = x0f.to(tl.int32)
+            y0 = y0f.to(tl.int32)
+            vx0 = mask_q & (x0 >= 0) & (x0 < w)
+            vx1 = mask_q & (x0 + 1 >= 0) & (x0 + 1 < w)
+            vy0 = (y0 >= 0) & (y0 < h)
+            vy1 = (y0 + 1 >= 0) & (y0 + 1 < h)
+            off00 = ((start + y0 * w + x0) * (M * D))[:, None]
+            v00 = tl.load(head + off00, mask=(vy0 & vx0)[:, None] & dm, other=0.0,
+                          eviction_policy=GATHER)
+            v01 = tl.load(head + (off00 + M * D), mask=(vy0 & vx1)[:, None] & dm, other=0.0,
+                          eviction_policy=GATHER)
+            v10 = tl.load(head + (off00 + step_y), mask=(vy1 & vx0)[:, None] & dm, other=0.0,
+                          eviction_policy=GATHER)
+            v11 = tl.load(head + (off00 + step_y + M * D), mask=(vy1 & vx1)[:, None] & dm,
+                          other=0.0, eviction_policy=GATHER)
+            w00 = a * (1.0 - lx) * (1.0 - ly)
+            w01 = a * lx * (1.0 - ly)
+            w10 = a * (1.0 - lx) * ly
+            w11 = a * lx * ly
+            acc += (w00[:, None] * v00.to(tl.float32) + w01[:, None] * v01.to(tl.float32)
+                    + w10[:, None] * v10.to(tl.float32) + w11[:, None] * v11.to(tl.float32))
+    tl.store(out_ptr + (pq * D)[:, None] + offs_d[None, :], acc.to(out_ptr.dtype.element_ty),
+             mask=mask_q[:, None] & dm, eviction_policy=STREAM)
+
+
+@triton.jit
+def msda_forward_loop_kernel(
+    value_ptr, shapes_ptr, starts_ptr, loc_ptr, attn_ptr, out_ptr,
+    Q, S,
+    M: tl.constexpr, D: tl.constexpr, L: tl.constexpr, K: tl.constexpr,
+    BLOCK_Q: tl.constexpr, BLOCK_D: tl.constexpr, STREAM: tl.constexpr, GATHER: tl.constexpr,
+):
+    """The shipped forward (int32 offsets, ORDER 0, no hints) with the points of a level in a
+    loop that is not unrolled, so that fewer gathers are in flight and fewer registers live."""
+    b, m, pid_q = _program_coords(M, 0)
+    offs_q = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_q = offs_q < Q
+    mask_d = offs_d < D
+    pq = (b.to(tl.int32) * Q + offs_q) * M + m
+    head = value_ptr + (b * S * M + m) * D + offs_d[None, :]
+    dm = mask_d[None, :]
+    two = tl.arange(0, 2)
+    acc = tl.zeros((BLOCK_Q, BLOCK_D), dtype=tl.float32)
+    for lvl in tl.static_range(L):
+        h = tl.load(shapes_ptr + 2 * lvl).to(tl.int32)
+        w = tl.load(shapes_ptr + 2 * lvl + 1).to(tl.int32)
+        start = tl.load(starts_ptr + lvl).to(tl.int32)
+        h_f = h.to(tl.float32)
+        w_f = w.to(tl.float32)
+        step_y = w * (M * D)
+        for k in tl.range(0, K):
             p = pq * (L * K) + (lvl * K + k)
             xy = tl.load(loc_ptr + 2 * p[:, None] + two[None, :], mask=mask_q[:, None],
                          other=0.0, eviction_policy=STREAM).to(tl.float32)

@@ -35,6 +35,7 @@ from issue10_s20_kernels import (
     msda_backward_evict_kernel,
     msda_backward_tma_kernel,
     msda_forward_evict_kernel,
+    msda_forward_loop_kernel,
 )
 from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -110,6 +111,8 @@ def check_part():
         ref_out, ref_grads = _reference(*inputs)
         err = _err(forward_evict(*inputs[:5]), ref_out)
         rows.append((str(dtype), "forward_evict", err, err < tol))
+        err = _err(forward_loop(*inputs[:5]), ref_out)
+        rows.append((str(dtype), "forward_loop", err, err < tol))
         err = max(_err(g, r) for g, r in zip(backward_evict(*inputs), ref_grads))
         rows.append((str(dtype), "backward_evict", err, err < tol))
     for row in rows:
@@ -327,6 +330,16 @@ def host_part():
     print(buf.getvalue()[:9000], flush=True)
 
 
+def forward_loop(value, shapes, starts, loc, attn, block_q=4, warps=1):
+    B, S, M, D = value.shape
+    _, Q, _, L, K, _ = loc.shape
+    out = torch.empty(B, Q, M, D, dtype=value.dtype, device=value.device)
+    msda_forward_loop_kernel[(triton.cdiv(Q, block_q), B * M)](
+        value, shapes, starts, loc, attn, out, Q, S, M=M, D=D, L=L, K=K, BLOCK_Q=block_q,
+        BLOCK_D=triton.next_power_of_2(D), STREAM="", GATHER="", num_warps=warps)
+    return out.view(B, Q, M * D)
+
+
 def forward_nreg(value, shapes, starts, loc, attn, block_q=4, warps=1, maxnreg=None):
     B, S, M, D = value.shape
     _, Q, _, L, K, _ = loc.shape
@@ -376,6 +389,14 @@ def nreg_part():
                     print("MISMATCH", preset, dtype, name, flush=True)
                     continue
                 fns[name] = lambda kw=kw: forward_nreg(value, shapes, starts, loc, attn, **kw)
+        for bq, nw in tiles + ((32, 4),):
+            name = f"loop-q{bq}-w{nw}"
+            kw = dict(block_q=bq, warps=nw)
+            got = forward_loop(value, shapes, starts, loc, attn, **kw)
+            if not _close([got], [want], 1e-2):
+                print("MISMATCH", preset, dtype, name, flush=True)
+                continue
+            fns[name] = lambda kw=kw: forward_loop(value, shapes, starts, loc, attn, **kw)
         gen = torch.Generator(device="cuda").manual_seed(1)
         grad_out = torch.randn(want.shape, device="cuda", generator=gen).to(value.dtype)
         bwant = shipped.msda_backward(value, shapes, starts, loc, attn, grad_out)
