@@ -272,6 +272,8 @@ def evict_part():
 
 
 def host_part():
+    """Decoder fp32 training step on the host: the kit, the kit with session 19's host integer
+    helpers (``kit_before``: triton.cdiv / triton.next_power_of_2), and the peer."""
     from triton.testing import do_bench
 
     from msda_labs.chips import lab10
@@ -282,7 +284,21 @@ def host_part():
                                                                   "cuda")
     leaves = [t.detach().clone().requires_grad_(True) for t in (value, loc, attn)]
     grad_out = torch.randn(4, 300, 256, device="cuda")
-    ops = {"kit": lab10.msda, "peer": peer}
+    new_pow2, new_grid = shipped._pow2, shipped._grid
+
+    def old_grid(order, Q, block_q, B, M):
+        if order == 0:
+            return (triton.cdiv(Q, block_q), B * M)
+        return (M, triton.cdiv(Q, block_q), B)
+
+    def kit_before(*args):
+        shipped._pow2, shipped._grid = triton.next_power_of_2, old_grid
+        try:
+            return lab10.msda(*args)
+        finally:
+            shipped._pow2, shipped._grid = new_pow2, new_grid
+
+    ops = {"kit": lab10.msda, "kit_before": kit_before, "peer": peer}
     steps, fwds = {}, {}
     for name, fn in ops.items():
         def step(fn=fn):
@@ -298,36 +314,20 @@ def host_part():
     torch.cuda.synchronize()
     res: dict = {"do_bench": {n: [] for n in ops}, "host_step": {n: [] for n in ops},
                  "host_fwd": {n: [] for n in ops}}
-    for _ in range(3):
+    for _ in range(7):
         for name in ops:
             res["do_bench"][name].append(do_bench(steps[name], warmup=5, rep=40,
                                                   return_mode="median") * 1e3)
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(100):
-                steps[name]()
-            res["host_step"][name].append((time.perf_counter() - t0) * 1e4)
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(100):
-                fwds[name]()
-            res["host_fwd"][name].append((time.perf_counter() - t0) * 1e4)
-            torch.cuda.synchronize()
+            res["host_step"][name].append(_host_us(steps[name]))
+            res["host_fwd"][name].append(_host_us(fwds[name]))
     summary = {k: {n: round(statistics.median(v), 1) for n, v in d.items()}
                for k, d in res.items()}
-    print("host", summary, flush=True)
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(300):
-        steps["kit"]()
-    prof.disable()
-    torch.cuda.synchronize()
-    buf = io.StringIO()
-    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(25)
-    pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(30)
-    RESULT["host"] = {"samples": res, "median": summary, "kit_profile": buf.getvalue()}
+    paired = {k: {n: round(statistics.median(a / b for a, b in zip(d["peer"], d[n])), 3)
+                  for n in ("kit", "kit_before")} for k, d in res.items()}
+    print("host medians", summary, flush=True)
+    print("host peer/kit per round, median", paired, flush=True)
+    RESULT["host"] = {"samples": res, "median": summary, "paired_peer_over": paired}
     save()
-    print(buf.getvalue()[:9000], flush=True)
 
 
 def forward_loop(value, shapes, starts, loc, attn, block_q=4, warps=1):
