@@ -24,10 +24,7 @@ Results: OUT_DIR/s19-probe.json; the same lines are printed.
 
 from __future__ import annotations
 
-import json
-import statistics
 import sys
-from pathlib import Path
 
 import torch
 import triton
@@ -39,20 +36,12 @@ from issue10_s19_kernels import (
     msda_forward_slices_kernel,
     msda_forward_split_kernel,
 )
+from issue10_timing import ProbeRun, preset_cases, rounds
 
 from msda_labs.student import runtime, shipped
 
-OUT = Path(sys.argv[1])
-OUT.mkdir(parents=True, exist_ok=True)
-PARTS = sys.argv[sys.argv.index("--parts") + 1].split(",") if "--parts" in sys.argv else [
-    "check", "fwd", "bwd"]
-DTYPES = (sys.argv[sys.argv.index("--dtypes") + 1].split(",") if "--dtypes" in sys.argv
-          else ["fp32", "fp16", "bf16"])
-RESULT: dict = {}
-
-
-def save():
-    (OUT / "s19-probe.json").write_text(json.dumps(RESULT, indent=1))
+RUN = ProbeRun(sys.argv, "s19-probe", ["check", "fwd", "bwd"])
+OUT, DTYPES, RESULT, save = RUN.out, RUN.dtypes, RUN.result, RUN.save
 
 
 def forward_slices(value, shapes, starts, loc, attn, C=None, block_q=32, warps=1, sliced=True,
@@ -196,29 +185,6 @@ def check_part():
     assert all(r[-1] for r in rows), "a variant is wrong"
 
 
-def _kernel_us(fn, calls=50):
-    from msda_labs.gpu import opbench
-
-    return opbench.kernel_time_us(fn, calls)
-
-
-def _rounds(fns: dict, rounds=3):
-    times = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            times[name].append(_kernel_us(fn))
-    return {name: statistics.median(v) for name, v in times.items()}
-
-
-def _preset_cases():
-    from msda_labs.gpu import opbench
-
-    for preset in ("encoder", "decoder"):
-        for name in DTYPES:
-            dtype = opbench._torch_dtype(name)
-            yield preset, dtype, opbench.make_preset_inputs(preset, dtype, "cuda")
-
-
 def _peer():
     from msda_labs.gpu import opbench
 
@@ -231,7 +197,7 @@ def _peer():
 
 def split_part():
     res = []
-    for preset, dtype, (value, shapes, starts, loc, attn) in _preset_cases():
+    for preset, dtype, (value, shapes, starts, loc, attn) in preset_cases(DTYPES):
         ref = shipped.msda_forward(value, shapes, starts, loc, attn).float()
         fns = {"shipped": lambda: shipped.msda_forward(value, shapes, starts, loc, attn)}
         splits = (1, 2, 4) if value.element_size() == 4 else (1, 2)
@@ -244,7 +210,7 @@ def split_part():
                     print("MISMATCH", preset, dtype, name, flush=True)
                     continue
                 fns[name] = lambda kw=kw: forward_split(value, shapes, starts, loc, attn, **kw)
-        times = _rounds(fns)
+        times = rounds(fns)
         res.append({"preset": preset, "dtype": str(dtype), "pass": "fwd", "times": times})
         print(preset, dtype, sorted((round(v, 1), k) for k, v in times.items())[:8], flush=True)
         gen = torch.Generator(device="cuda").manual_seed(1)
@@ -263,7 +229,7 @@ def split_part():
                     continue
                 fns[name] = lambda kw=kw: backward_split(value, shapes, starts, loc, attn,
                                                          grad_out, **kw)
-        times = _rounds(fns)
+        times = rounds(fns)
         res.append({"preset": preset, "dtype": str(dtype), "pass": "bwd", "times": times})
         print(preset, dtype, sorted((round(v, 1), k) for k, v in times.items())[:8], flush=True)
         RESULT["split"] = res
@@ -273,7 +239,7 @@ def split_part():
 def fwd_part():
     peer = _peer()
     res = []
-    for preset, dtype, (value, shapes, starts, loc, attn) in _preset_cases():
+    for preset, dtype, (value, shapes, starts, loc, attn) in preset_cases(DTYPES):
         ref = shipped.msda_forward(value, shapes, starts, loc, attn).float()
         fns = {"shipped": lambda: shipped.msda_forward(value, shapes, starts, loc, attn)}
         if peer is not None:
@@ -291,7 +257,7 @@ def fwd_part():
                         continue
                     fns[name] = lambda kw=kw: forward_slices(value, shapes, starts, loc, attn,
                                                              **kw)
-        times = _rounds(fns)
+        times = rounds(fns)
         best = sorted(times.items(), key=lambda kv: kv[1])[:6]
         line = {"preset": preset, "dtype": str(dtype), "times": times}
         res.append(line)
@@ -304,7 +270,7 @@ def fwd_part():
 def bwd_part():
     peer = _peer()
     res = []
-    for preset, dtype, (value, shapes, starts, loc, attn) in _preset_cases():
+    for preset, dtype, (value, shapes, starts, loc, attn) in preset_cases(DTYPES):
         gen = torch.Generator(device="cuda").manual_seed(1)
         B, Q = loc.shape[0], loc.shape[1]
         grad_out = torch.randn(B, Q, value.shape[2] * value.shape[3], device="cuda",
@@ -332,7 +298,7 @@ def bwd_part():
                     continue
                 fns[name] = lambda kw=kw: backward_cells(value, shapes, starts, loc, attn,
                                                           grad_out, **kw)
-        times = _rounds(fns)
+        times = rounds(fns)
         best = sorted(times.items(), key=lambda kv: kv[1])[:6]
         res.append({"preset": preset, "dtype": str(dtype), "times": times})
         print(preset, dtype, "shipped", round(times["shipped"], 1), "peer",
@@ -342,5 +308,5 @@ def bwd_part():
 
 
 if __name__ == "__main__":
-    for part in PARTS:
+    for part in RUN.parts:
         {"check": check_part, "fwd": fwd_part, "bwd": bwd_part, "split": split_part}[part]()
