@@ -64,7 +64,7 @@ def host_part():
     from msda_labs.chips import lab10
 
     peer, (value, shapes, starts, loc, attn), leaves, grad_out = _decoder_fp32()
-    new_pow2, new_grid = shipped._pow2, shipped._grid
+    new_pow2, new_grid = shipped.pow2, shipped._grid
 
     def old_grid(order, Q, block_q, B, M):
         if order == 0:
@@ -72,11 +72,11 @@ def host_part():
         return (M, triton.cdiv(Q, block_q), B)
 
     def kit_before(*args):
-        shipped._pow2, shipped._grid = triton.next_power_of_2, old_grid
+        shipped.pow2, shipped._grid = triton.next_power_of_2, old_grid
         try:
             return lab10.msda(*args)
         finally:
-            shipped._pow2, shipped._grid = new_pow2, new_grid
+            shipped.pow2, shipped._grid = new_pow2, new_grid
 
     ops = {"kit": lab10.msda, "kit_before": kit_before, "peer": peer}
     steps, fwds = {}, {}

@@ -43,6 +43,7 @@ import torch
 import triton
 
 from msda_labs.student import runtime
+from msda_labs.student.guards import cdiv, pow2
 from msda_labs.student.shipped_kernels import msda_backward_rows_kernel, msda_forward_tiles_kernel
 from msda_labs.student.shipped_launch import DirectLauncher
 
@@ -55,21 +56,15 @@ INT32_LIMIT = 2**31 - 1
 # ------------------------------------------------------------------------------------------------
 
 
+# The launchers size grids and tiles with the plain-Python ``cdiv`` and ``pow2`` of
+# msda_labs.student.guards, not ``triton.cdiv`` / ``triton.next_power_of_2``: Triton's are
+# constexpr functions whose host call unwraps every argument first, about 2 µs each on the H200
+# machine's host, six times a training step (docs/results/h200-msda-operator.md, session 20).
 def _grid(order: int, Q: int, block_q: int, B: int, M: int) -> tuple:
-    blocks = -(-Q // block_q)
+    blocks = cdiv(Q, block_q)
     if order == 0:
         return (blocks, B * M)
     return (M, blocks, B)
-
-
-def _pow2(n: int) -> int:
-    """``triton.next_power_of_2`` for the host's own integers.
-
-    Triton's helpers are constexpr functions, whose host call unwraps every argument first: about
-    2 µs each on the H200 machine's host, and the launchers called them six times a training step
-    (docs/results/h200-msda-operator.md, session 20).
-    """
-    return 1 << (n - 1).bit_length() if n > 0 else triton.next_power_of_2(n)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -162,9 +157,9 @@ def _forward_launch(value, spatial_shapes, level_start_index, sampling_locations
     value, shapes, starts, loc, attn = _prepare(value, spatial_shapes, level_start_index,
                                                 sampling_locations, attention_weights)
     out = torch.empty((B, Q, M, D), dtype=value.dtype, device=value.device)
-    q_bucket = _pow2(Q)
+    q_bucket = pow2(Q)
     idx64 = _needs_int64(B, S, Q, M, D, L, K)
-    block_d = _pow2(D)
+    block_d = pow2(D)
     if config is None:
         config = _forward_config(value, loc, (q_bucket, M, D, L, K))
     if config is None:  # first call of this shape class off SM 9.0: tune (this one call syncs)
@@ -273,8 +268,8 @@ def _backward_launch(value, spatial_shapes, level_start_index, sampling_location
     order = _bwd_order(accum_dtype) if order is None else order
     _BACKWARD(_grid(order, Q, block_q, B, M),
               (value, shapes, starts, loc, attn, grad_out, grad_value, grad_loc, grad_attn, Q, S,
-               M, D, L, K, _pow2(L * K), _needs_int64(B, S, Q, M, D, L, K),
-               order, block_q, _pow2(D)), num_warps or BWD_NUM_WARPS)
+               M, D, L, K, pow2(L * K), _needs_int64(B, S, Q, M, D, L, K),
+               order, block_q, pow2(D)), num_warps or BWD_NUM_WARPS)
     if grad_value.dtype != value.dtype:
         grad_value = grad_value.to(value.dtype)
     return grad_value, grad_loc, grad_attn
