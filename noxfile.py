@@ -147,7 +147,7 @@ def regrade(session: nox.Session) -> None:
     session.run("python", "-m", "msda_labs", "regrade", *session.posargs)
 
 
-# -- nox -s bench (issue 10): the shipped operator against the reference and any peers ---------
+# -- nox -s bench: the shipped operator against the reference and any peers ---------
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
     """Time the shipped operator, the PyTorch reference and any --peer module:function side by
@@ -170,7 +170,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "-m", "msda_labs.gpu.opbench", *args)
 
 
-# ---- workflows (issue 9): every shipped workflow under act, a real Actions runner -------------
+# ---- workflows: every shipped workflow under act, a real Actions runner -------------
 @nox.session(default=False)
 def workflows(session: nox.Session) -> None:
     """Run every shipped workflow end to end under act on this host (all 11 labs, the kit's
@@ -188,7 +188,7 @@ def workflows(session: nox.Session) -> None:
                 "-q", "-p", "no:cacheprovider", "-rs", *session.posargs, env=env)
 
 
-# ---- progress (issue 13): one learner's ladder in one checkout ---------------------------------
+# ---- progress: one learner's ladder in one checkout ---------------------------------
 @nox.session(default=False)
 def progress(session: nox.Session) -> None:
     """Where you stand across the labs of this checkout: score, status, next task and what each

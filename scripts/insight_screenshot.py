@@ -1,4 +1,4 @@
-"""Issue 14: the screenshot of the class insight page in docs/ (docs/insight-screenshot.png).
+"""The screenshot of the class insight page in docs/ (docs/insight-screenshot.png).
 
     PYTHONPATH=shared python -m msda_labs.classroom.sample_class --students 60 \\
         --labs lab01 lab05 lab08 --seed 14 --out /tmp/class60 \\

@@ -1,4 +1,4 @@
-"""The attack suite of issue 12: files a determined student could submit to score without the work.
+"""The attack suite: files a determined student could submit to score without the work.
 
 Each attack is one file ``labNN_<attack>.py`` in this folder, a complete student module whose
 first comment lines say what it attacks::

@@ -1,5 +1,5 @@
 """The attack suite (tests/attacks/) under the separated regrade: every attack scores 0 on the
-tasks it targets (issue 12).
+tasks it targets.
 
 Each lab's attacks are graded as one class of student repositories made from the lab's export
 (the session's ``exports``), in one ``regrade --batch --seed`` run with ``MSDA_SEPARATE=1`` (the

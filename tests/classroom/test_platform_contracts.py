@@ -1,4 +1,4 @@
-"""The platform contracts of issue 9, each checked against what the platform itself does:
+"""The platform contracts, each checked against what the platform itself does:
 
 * the pinned actions are the node24 releases (and the reporter its only runnable commit);
 * Classroom 50 bundles an autograder only from ``<classroom>/autograders/<assignment>/``;

@@ -1,4 +1,4 @@
-"""The exported README says truthfully where each lab runs (issue 15)."""
+"""The exported README says truthfully where each lab runs."""
 
 import re
 

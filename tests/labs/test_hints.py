@@ -1,4 +1,4 @@
-"""Every handout's hints escalate (issue 13): for each task with code to write, a nudge, the idea,
+"""Every handout's hints escalate: for each task with code to write, a nudge, the idea,
 then nearly the lines, each in its own ``<details>``, in that order; and every code line of a
 "nearly the lines" hint is true for the chip (it occurs in one of the chip's lines)."""
 

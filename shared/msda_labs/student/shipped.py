@@ -2,7 +2,7 @@
 
 The math is exactly that of lab 05 (forward) and lab 07/08 (backward): bilinear sampling with
 ``x_pix = x * W - 0.5``, zero outside the level, fp32 arithmetic whatever the storage dtype. What
-changes is who does which work (each choice measured on an H200, docs/results/h200-bench/):
+changes is who does which work (each choice measured on an H200, docs/performance.md):
 
 * **Forward: lab 06's tiling.** A program owns ``BLOCK_Q`` queries x all D channels of one
   (batch, head) and walks the ``L * K`` points in turn. On SM 9.0 the launch is the one measured
@@ -59,7 +59,7 @@ INT32_LIMIT = 2**31 - 1
 # The launchers size grids and tiles with the plain-Python ``cdiv`` and ``pow2`` of
 # msda_labs.student.guards, not ``triton.cdiv`` / ``triton.next_power_of_2``: Triton's are
 # constexpr functions whose host call unwraps every argument first, about 2 µs each on the H200
-# machine's host, six times a training step (docs/results/h200-msda-operator.md, session 20).
+# machine's host, six times a training step (docs/performance.md).
 def _grid(order: int, Q: int, block_q: int, B: int, M: int) -> tuple:
     blocks = cdiv(Q, block_q)
     if order == 0:
@@ -81,11 +81,12 @@ def forward_configs() -> list:
 FWD_ORDER = 0
 _FORWARD_TUNED = None
 # Shape class -> launch. On SM 9.0: the launch measured best on an H200 at both presets
-# (docs/results/h200-bench/launch-probe-S18.json, 9 tiles, medians of 3 alternating rounds: fp32
-# 4 queries x 1 warp took 9.8 µs at the decoder and 223.6 at the encoder, 8 x 2 10.5 and 222.6;
-# half precision 16 x 2 7.0-7.6 and 150.8-162.6, within 1% of the best at both). The autotuner,
-# which times with a flushed L2, had left the fp32 encoder at 233 µs. Elsewhere: the autotuner's
-# pick, remembered, because its own dispatch costs host time on every call.
+# (docs/results/h200-kernel-probes/launch-tiles-and-host.json, 9 tiles, medians of 3
+# alternating rounds: fp32 4 queries x 1 warp took 9.8 µs at the decoder and 223.6 at the
+# encoder, 8 x 2 10.5 and 222.6; half precision 16 x 2 7.0-7.6 and 150.8-162.6, within 1% of the
+# best at both). The autotuner, which times with a flushed L2, had left the fp32 encoder at
+# 233 µs. Elsewhere: the autotuner's pick, remembered, because its own dispatch costs host time
+# on every call.
 SM90_FORWARD = {"fp32": {"BLOCK_Q": 4, "num_warps": 1}, "half": {"BLOCK_Q": 16, "num_warps": 2}}
 _FORWARD_PICKS: dict = {}
 
@@ -213,7 +214,7 @@ _FORWARD = DirectLauncher(msda_forward_tiles_kernel)
 
 # The backward's launch: fixed, not autotuned (tuning a kernel that accumulates with atomics
 # would need its output reset between trials). Chosen on an H200 (docs/results/).
-# H200 sweep (scripts/issue10_sweep2.py): one query per program, two warps; fp32 accumulators
+# H200 sweep: one query per program, two warps; fp32 accumulators
 # prefer the (batch, head)-major order, half-precision ones the head-major order (a few %).
 BWD_BLOCK_Q = 1
 BWD_NUM_WARPS = 2

@@ -1,10 +1,10 @@
-"""Launch lab 10's compiled Triton kernels without Triton's per-call dispatch (issue 10).
+"""Launch lab 10's compiled Triton kernels without Triton's per-call dispatch.
 
 ``kernel[grid](*args)`` goes through ``JITFunction.run`` on every call: it binds the arguments
 to the signature, specializes each one, builds a string cache key from them and the options,
 looks the compiled kernel up, and only then launches. On the H200 machine's host this costs
 35-60 µs per launch, which is most of a decoder-sized training step
-(docs/results/h200-msda-operator.md).
+(docs/performance.md).
 
 :class:`DirectLauncher` keeps the compiled kernel itself, under a tuple key built from what
 Triton specializes a compiled kernel on:

@@ -16,9 +16,9 @@ D, ITEMSIZE, SECTOR = 32, 2, 32
 WIDTHS = (32, 16, 8, 4, 2)
 # Device time (us) per CHUNK_D of the lab 06 chip at the decoder preset in fp16 (B=4, Q=300,
 # M=8, D=32, L=4, K=4; CUDA-graph replay, L2 flushed, median), NVIDIA H200, 2026-12-01:
-# docs/results/h200-gpu-stages-after-issue11.md (the widths 32 and 2 in its text, all five in
-# its plot docs/results/h200-lab06-race-after-issue11.png).
-RECORDED = {"source": "docs/results/h200-gpu-stages-after-issue11.md",
+# docs/results/h200-gpu-stages/lab06-race.md (the widths 32 and 2 in its text, all five in
+# its plot docs/results/h200-gpu-stages/lab06-race.png).
+RECORDED = {"source": "docs/results/h200-gpu-stages/lab06-race.md",
             "device": "NVIDIA H200", "times_us": {2: 144.6, 4: 49.7, 8: 31.8, 16: 21.0, 32: 13.2},
             "wide_over_narrow": 10.93}
 DECODER = {"B": 4, "Q": 300, "M": 8, "D": 32, "L": 4, "K": 4, "itemsize": 2}
