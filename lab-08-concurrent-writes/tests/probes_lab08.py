@@ -83,8 +83,12 @@ def big_probe(module, case, block_q):
     return case.windows_of(grad_value), gl_buf, ga_buf
 
 
+@probes.guards_allocations(
+    "a store or atomic add past the end of a gradient it allocated is an unmasked tail: mask the "
+    "rows past Q and the channels past D")
 def wrapper_probe(module, inputs, grad_out, starts, kwargs):
-    """msda_backward on ``inputs``; level_start_index=None unless ``starts``."""
+    """msda_backward on ``inputs``; level_start_index=None unless ``starts``. The gradients it
+    allocates lie between guard bands (a stray write fails, every run alike)."""
     value, shapes, given_starts, loc, attn = probes.on_device(inputs)
     return module.msda_backward(value, shapes, given_starts if starts else None, loc, attn,
                                 grad_out.to(value.device), **kwargs)

@@ -16,6 +16,7 @@ import os
 
 import torch
 
+from msda_labs.grading.probes import guards_allocations
 from msda_labs.grading.spies import KernelLaunches, backward_outcome, fresh_copy, outcome, spied
 from msda_labs.student import runtime
 from msda_labs.student.cases import Case, make_inputs, seeded_generator
@@ -75,6 +76,7 @@ def grad_out(case: Case, dtype_name: str, device="cpu") -> torch.Tensor:
     return g.to(dtype=DTYPES[dtype_name], device=device)
 
 
+@guards_allocations()
 def function_probe(module, case, dtype_name, flag, backward=True):
     """MSDAFunction.apply directly (no validation, no wrapper), then its backward."""
     value, shapes, starts, loc, attn = device_inputs(case, dtype_name, requires_grad=True)
@@ -86,6 +88,7 @@ def function_probe(module, case, dtype_name, flag, backward=True):
     return result
 
 
+@guards_allocations()
 def double_backward_probe(module, case):
     """A second derivative through MSDAFunction: it must raise (the backward is a kernel)."""
     value, shapes, starts, loc, attn = device_inputs(case, "float32", requires_grad=True)
@@ -111,6 +114,7 @@ def _scramble(t):
     return out
 
 
+@guards_allocations()
 def msda_probe(module, case, dtype_name, flag="auto", backward=True, starts_none=False,
                noncontiguous=False):
     """The public operator, forward (and backward with the seeded upstream gradient)."""
@@ -185,6 +189,7 @@ def function_flag_probe(module, case):
     return seen
 
 
+@guards_allocations()
 def empty_probe(module, case, sizes):
     """msda on the case cut to each (B, Q) of ``sizes``: its output and forward launches."""
     module, logs = _spied(module)

@@ -15,6 +15,11 @@ kernel on the same guard bands) and is handed on here:
   between guards and pre-filled with the sentinel (so a stray or a missing write shows): the
   whole buffers come back to the judge (see :mod:`msda_labs.grading.guards`).
 
+* :func:`guards_allocations`: a probe decorator for the paths where the student's own code
+  allocates what a kernel writes (a launcher such as ``msda_forward``): in the interpreter, every
+  tensor it makes lies between guard bands (:class:`~msda_labs.student.guards.GuardedAllocations`),
+  and a write into them fails the request with :class:`OutOfBoundsWrite`, the same on every run.
+
 The judge side: :func:`run_guarded` (a crash gets the hint that a crash in the interpreter is
 nearly always a wild address), :func:`shared_run` (one child run that serves several tests, its
 crash served to each alike), :func:`check_forward_output` (guards intact, every element written)
@@ -23,10 +28,14 @@ and :func:`timed_output`. Timing itself is :mod:`msda_labs.grading.timing`.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from msda_labs.grading.guards import check_sentinel_buffer, literal, run_probe
 from msda_labs.grading.submission import SubmissionProblem
+from msda_labs.student import runtime
+from msda_labs.student.guards import GuardedAllocations
 from msda_labs.student.launch import (  # the probe side lives with the student modules
     backward_into_sentinels,
     forward_guard,
@@ -40,10 +49,71 @@ from msda_labs.student.launch import (  # the probe side lives with the student 
 
 __all__ = ["CRASH_HINT", "on_device", "forward_guard", "launch_forward", "forward_into_sentinel",
            "launch_backward", "backward_into_sentinels", "value_guard", "point_guard",
-           "run_guarded", "shared_run", "check_forward_output", "timed_output"]
+           "run_guarded", "shared_run", "check_forward_output", "timed_output",
+           "OutOfBoundsWrite", "guards_allocations", "ALLOCATION_HINT"]
 
 CRASH_HINT = ("in the interpreter a crash is almost always a load or store at a wild address: "
               "an unmasked lane, or an offset that overflowed")
+
+
+# -- probe side: what the student's code allocates itself ---------------------------------------
+ALLOCATION_HINT = ("a store past the end of an output is an unmasked tail: the store mask must "
+                   "cover both the rows past the last query and the channels past D")
+
+
+class OutOfBoundsWrite(RuntimeError):
+    """The code under test wrote outside a tensor it allocated itself (into the guard band that
+    :func:`guards_allocations` laid around it)."""
+
+
+def _unshared(value, alloc: GuardedAllocations):
+    """``value`` with every tensor that lives in a guarded buffer copied out of it (the guards
+    need not travel back to the judge)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone() if alloc.owns(value) else value
+    if isinstance(value, dict):
+        return {k: _unshared(v, alloc) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_unshared(v, alloc) for v in value)
+    return value
+
+
+def guards_allocations(hint: str = ALLOCATION_HINT):
+    """Decorate a probe whose call lets the student's code allocate a kernel's output.
+
+    In Triton's interpreter (no bounds checks), the probe runs inside
+    :class:`~msda_labs.student.guards.GuardedAllocations`: every tensor made by a factory
+    function lies between guard bands, so a store past its end lands in a band instead of the
+    process's heap (which, corrupted, crashes some runs and not others). A band written raises
+    :class:`OutOfBoundsWrite` naming the tensor, how far the write went and ``hint``: the same
+    verdict on every run. Outside the interpreter the probe runs as it is.
+    """
+
+    def decorate(probe):
+        @functools.wraps(probe)
+        def guarded_probe(module, *args, **kwargs):
+            if not runtime.interpreted():
+                return probe(module, *args, **kwargs)
+            failure = None
+            with GuardedAllocations() as alloc:
+                try:
+                    value = probe(module, *args, **kwargs)
+                except NotImplementedError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a stray write explains it better
+                    failure = exc
+            strays = alloc.strays()
+            if strays:
+                raise OutOfBoundsWrite(f"your code {strays[0].describe()}; {hint} (the grader "
+                                       f"laid a guard band around every tensor your code made, "
+                                       f"so the stray write landed there)")
+            if failure is not None:
+                raise failure
+            return _unshared(value, alloc)
+
+        return guarded_probe
+
+    return decorate
 
 
 # -- judge side -----------------------------------------------------------------------------------
