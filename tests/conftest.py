@@ -1,14 +1,41 @@
+import os
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+# How many of the slowest test files the summary lists (MSDA_SLOWEST_FILES=0: none).
+SLOWEST_FILES = int(os.environ.get("MSDA_SLOWEST_FILES", "15"))
+
+
+def _file_seconds(terminalreporter) -> dict[str, float]:
+    """Seconds spent per test file: setup, call and teardown of every test, summed (with xdist
+    the workers' reports reach the controller with their durations)."""
+    seconds: dict[str, float] = defaultdict(float)
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            nodeid = getattr(report, "nodeid", "")
+            duration = getattr(report, "duration", None)
+            if nodeid and isinstance(duration, float):
+                seconds[nodeid.split("::")[0]] += duration
+    return seconds
+
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """Say which labs the act workflow harness (tests/workflows) ran, when it was collected."""
+    """Say which labs the act workflow harness (tests/workflows) ran, when it was collected; and
+    list the test files that took longest, so that a slow file shows in CI's output."""
     args = " ".join(str(a) for a in config.args)
     if "workflows" in args or args.rstrip("/").endswith("tests"):
         sys.path.insert(0, str(Path(__file__).resolve().parent / "workflows"))
         from selection import describe
 
         terminalreporter.write_line(describe())
+    seconds = _file_seconds(terminalreporter)
+    if SLOWEST_FILES <= 0 or len(seconds) < 2:
+        return
+    total = sum(seconds.values())
+    terminalreporter.write_sep("=", f"slowest {min(SLOWEST_FILES, len(seconds))} test files "
+                               f"(test seconds, summed over workers: {total:.0f} s in all)")
+    for path, secs in sorted(seconds.items(), key=lambda kv: -kv[1])[:SLOWEST_FILES]:
+        terminalreporter.write_line(f"{secs:8.1f} s  {100 * secs / total:5.1f}%  {path}")
