@@ -71,10 +71,22 @@ def _submission(request: GradeRequest, lab: ResolvedLab) -> Path:
     return path
 
 
+EXTRA_NOTE = ("files beyond the template, never imported or run by the grader (only {module} is "
+              "graded): {names}")
+
+
 def _integrity(lab: ResolvedLab) -> dict:
     from msda_labs.grading.integrity import check_folder
 
     return check_folder(lab.folder)
+
+
+def _note_extra(result: GradeResult, lab: ResolvedLab) -> None:
+    """Say what the repository holds beyond its template (the integrity check lists it)."""
+    extra = (result.integrity or {}).get("extra") or []
+    if extra:
+        shown = ", ".join(extra[:8]) + (f" ... ({len(extra)} in all)" if len(extra) > 8 else "")
+        result.notes.append(EXTRA_NOTE.format(module=f"{lab.id}.py", names=shown))
 
 
 def grade(request: GradeRequest) -> GradeResult:
@@ -88,6 +100,7 @@ def grade(request: GradeRequest) -> GradeResult:
     if request.solution:
         result.notes.insert(0, SOLUTION_NOTE)
     result.integrity = _integrity(lab)
+    _note_extra(result, lab)
     return result
 
 
@@ -113,5 +126,6 @@ def _grade_with_gpu(request: GradeRequest, lab: ResolvedLab, submission: Path) -
         gpu.notes.insert(0, SOLUTION_NOTE)
     if result is None:
         gpu.integrity = _integrity(lab)
+        _note_extra(gpu, lab)
         return gpu
     return result.merge(gpu)

@@ -2,6 +2,8 @@
 the end-to-end regrades are in test_exported_repos.py)."""
 
 import csv
+import json
+import os
 import shutil
 
 import pytest
@@ -20,7 +22,22 @@ def checkout(exports, tmp_path):
     return shutil.copytree(exports[LAB], tmp_path / "student")
 
 
-def test_restore_replaces_every_grading_file_and_keeps_student_work(exports, checkout):
+def _work_tree_of(monkeypatch, checkout, exports, **options):
+    """Regrade ``checkout`` without grading: (the work tree's files, {name: bytes of labNN.py},
+    the result with its integrity and notes)."""
+    seen = {}
+
+    def fake(work, lab_id, **kwargs):
+        seen["files"] = set(integrity.walk(work)[0])
+        seen["module"] = (work / f"{lab_id}.py").read_bytes()
+        return GradeResult(lab_id, stages=["cpu"])
+
+    monkeypatch.setattr(regrade, "_grade_subprocess", fake)
+    result = regrade.regrade_checkout(checkout, pristine=exports[LAB], lab_id=LAB, **options)
+    return seen["files"], seen["module"], result
+
+
+def test_the_work_tree_is_the_pristine_lab_and_the_module_alone(exports, checkout, monkeypatch):
     (checkout / f"{LAB}.py").write_text("# my work\n")
     (checkout / "my").mkdir()
     (checkout / "my" / "notes.py").write_text("# mine\n")
@@ -28,19 +45,68 @@ def test_restore_replaces_every_grading_file_and_keeps_student_work(exports, che
     (checkout / "conftest.py").write_text("import os\n")
     (checkout / "numpy.py").write_text("x = 1\n")
     (checkout / "noxfile.py").write_text("# mine\n")
-    notes = regrade.restore(checkout, exports[LAB], LAB)
-    assert notes == []
-    assert integrity.compare_trees(checkout, exports[LAB])["modified"] == []
-    assert (checkout / f"{LAB}.py").read_text() == "# my work\n"
-    assert (checkout / "my" / "notes.py").is_file()
-    assert not (checkout / "conftest.py").exists() and not (checkout / "numpy.py").exists()
+    (checkout / "meta-1.0.dist-info").mkdir()
+    (checkout / "meta-1.0.dist-info" / "entry_points.txt").write_text("[pytest11]\nx = numpy\n")
+    files, module, result = _work_tree_of(monkeypatch, checkout, exports)
+    pristine = set(integrity.walk(exports[LAB])[0])
+    assert files == pristine and module == b"# my work\n"
+    info = result.integrity
+    assert info["added"] == ["conftest.py", "meta-1.0.dist-info/entry_points.txt",
+                             "my/notes.py", "numpy.py"]
+    assert "noxfile.py" in info["tampered"] and any(t.startswith("tests/")
+                                                      for t in info["tampered"])
+    assert regrade.integrity.summary(info).startswith("modified: ")
+    assert "| added: conftest.py" in regrade.integrity.summary(info)
 
 
-def test_restore_grades_the_starter_when_the_module_is_gone(exports, checkout):
-    (checkout / f"{LAB}.py").unlink()
-    notes = regrade.restore(checkout, exports[LAB], LAB)
-    assert notes and "untouched starter" in notes[0]
-    assert (checkout / f"{LAB}.py").read_text() == (exports[LAB] / f"{LAB}.py").read_text()
+@pytest.mark.parametrize("kind", ["missing", "symlink", "fifo", "folder"])
+def test_a_module_that_is_not_a_plain_file_grades_the_starter(exports, checkout, monkeypatch,
+                                                               tmp_path, kind):
+    module = checkout / f"{LAB}.py"
+    module.unlink()
+    if kind == "symlink":
+        (tmp_path / "elsewhere.py").write_text("# someone else's\n")
+        module.symlink_to(tmp_path / "elsewhere.py")
+    elif kind == "fifo":
+        os.mkfifo(module)  # a reader that opened it the usual way would wait for ever
+    elif kind == "folder":
+        module.mkdir()
+    files, data, result = _work_tree_of(monkeypatch, checkout, exports)
+    assert data == (exports[LAB] / f"{LAB}.py").read_bytes()
+    assert any("untouched starter" in note for note in result.notes), result.notes
+
+
+def test_a_seed_file_others_can_read_is_refused(exports, checkout, monkeypatch, tmp_path):
+    seed = tmp_path / "seed"
+    seed.write_text("12345\n")
+    seed.chmod(0o644)
+    with pytest.raises(regrade.RegradeError, match="chmod 600"):
+        _work_tree_of(monkeypatch, checkout, exports, seed_file=seed)
+    monkeypatch.setenv("MSDA_GRADE_SEED_FILE", str(seed))
+    with pytest.raises(regrade.RegradeError, match="can be read by other users"):
+        _work_tree_of(monkeypatch, checkout, exports)
+    seed.chmod(0o600)
+    *_, result = _work_tree_of(monkeypatch, checkout, exports, seed_file=seed)
+    assert any("secret seed" in note for note in result.notes)
+
+
+def test_gradebook_rows_are_sealed_and_checked(tmp_path):
+    result = GradeResult(LAB, stages=["cpu"], exercises=[
+        ExerciseResult("1.1", "f", [Verdict("test_x", "passed", 2, 2)])])
+    rows = [regrade.GradebookRow("ada", LAB, 2, 2, "clean", "abc", result=result).seal(),
+            regrade.GradebookRow("bob", LAB, "", "", "not graded", "", "why").seal()]
+    book = regrade.write_gradebook(rows, tmp_path / "gradebook.csv")
+    listing = tmp_path / "regrade.json"
+    listing.write_text(json.dumps(regrade.rows_json(rows)))
+    assert regrade.verify_outputs(rows, book, listing) == []
+    text = book.read_text()
+    book.write_text(text.replace(f"bob,{LAB},,,", f"bob,{LAB},16,16,"))
+    assert book.read_text() != text
+    assert [p for p in regrade.verify_outputs(rows, book) if "bob" in p]
+    forged = json.loads(listing.read_text())
+    forged[0]["result"]["score"] = 99
+    listing.write_text(json.dumps(forged))
+    assert [p for p in regrade.verify_outputs(rows, json_path=listing) if "ada" in p]
 
 
 def test_detect_lab(tmp_path, checkout):

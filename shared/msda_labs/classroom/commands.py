@@ -59,6 +59,8 @@ def _cmd_regrade(ns) -> int:
         is_checkout,
         regrade_batch,
         regrade_checkout,
+        rows_json,
+        verify_outputs,
         write_gradebook,
     )
     from msda_labs.grading.render import render_markdown, render_terminal
@@ -97,9 +99,12 @@ def _cmd_regrade(ns) -> int:
 
         print(write_beside_gradebook(rows, gradebook.parent / "insight.html")[1])
     if ns.json:
-        Path(ns.json).write_text(json.dumps(
-            [{"student": r.student, "lab": r.lab, "commit": r.commit, "note": r.note,
-              "result": r.result.to_dict() if r.result else None} for r in rows], indent=2) + "\n")
+        Path(ns.json).write_text(json.dumps(rows_json(rows), indent=2) + "\n")
+    # Every row was sealed when the judge wrote it: the files must still say the same.
+    problems = verify_outputs(rows, gradebook, Path(ns.json) if ns.json else None)
+    if problems:
+        raise KitError("the regrade's outputs were altered after the judge wrote them:\n  "
+                       + "\n  ".join(problems))
     return 0
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from msda_labs.classroom.workflows import write_step_outputs
 from msda_labs.errors import KitError
+from msda_labs.grading.integrity import summary
 
 __all__ = ["DispatchError", "DispatchEntry", "MAX_SUBMISSIONS", "parse_lab", "parse_submissions",
            "plan", "gradebook_rows", "render_summary", "main"]
@@ -230,8 +231,7 @@ def gradebook_rows(lab: str, entries: list[DispatchEntry], reports: Path, *, gpu
             rows.append(GradebookRow(sub.folder, lab, "", "", "not graded", commit,
                                      f"unreadable CPU report ({type(exc).__name__})"))
             continue
-        tampered = result.integrity.get("tampered") or []
-        integrity = "modified: " + "; ".join(tampered) if tampered else "clean"
+        integrity = summary(result.integrity)
         notes = [entry["note"]] if entry.get("note") else []
         if gpu:
             gpu_path = reports / f"gpu-{sub.folder}" / "gpu.json"

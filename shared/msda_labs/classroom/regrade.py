@@ -1,28 +1,33 @@
-"""Regrade a student's checkout with the pristine grading files, untouched by the student.
+"""Regrade a student's checkout: the pristine lab with the student's ``labNN.py``, and only it.
 
     python -m msda_labs regrade PATH [--lab LAB] [--seed-file F] [--json OUT] [--gpu]
     python -m msda_labs regrade FOLDER_OF_CHECKOUTS --gradebook gradebook.csv
 
-The checkout is copied to a temporary folder (without .git, virtualenvs and caches); there every
-grading file (tests/, shared/, noxfile.py, requirements.txt, classroom.yml, .github/workflows/,
-root conftest.py and modules that would shadow the grader's imports) is deleted and replaced with
-the pristine copy: a fresh export of the kit, or ``--pristine DIR`` (an export). The student's
-module (and anything else of theirs) stays; their checkout is never written to. A secret seed
-(``--seed``, ``--seed-file``, ``$MSDA_GRADE_SEED`` or ``$MSDA_GRADE_SEED_FILE``) draws every random
-case from a salt of the secret and the submission's bytes (:mod:`msda_labs.grading.secret`), so
-hard-coded answers to the published cases fail; the grading process gets the secret in its
-environment, never on its command line. The result says which grading files the checkout had
-changed.
+The work tree is a copy of the pristine lab (a fresh export of the kit, or ``--pristine DIR``, an
+export) with the student's ``labNN.py`` written into it: nothing else of the checkout is copied,
+imported or run. What the checkout holds beyond the template is listed in the result (integrity
+``added``), and the grading files it changed are named (``tampered``); the student's checkout is
+never written to. A secret seed (``--seed``, ``--seed-file``, ``$MSDA_GRADE_SEED`` or
+``$MSDA_GRADE_SEED_FILE``) draws every random case from a salt of the secret and the submission's
+bytes (:mod:`msda_labs.grading.secret`), so hard-coded answers to the published cases fail; the
+grading process gets the secret in its environment, never on a command line, and a seed file
+that other users can read is refused.
 
-Run as root, a regrade requires separation (``MSDA_SEPARATE=1`` for the grading process, unless
-set to ``0``): the student's code runs as a uid of its own that cannot read the pristine copy, the
-grading files or this regrade's output (:mod:`msda_labs.grading.sandbox`).
+The grading process starts in isolated mode with a fixed search path, in the work tree, with an
+environment built from an allowlist (:func:`msda_labs.grading.executor.python_command`,
+:func:`~msda_labs.grading.executor.grading_env`). Run as root, a regrade requires separation
+(``MSDA_SEPARATE=1`` for the grading process, unless set to ``0``): the student's code runs as a
+uid of its own that cannot read the pristine copy, the grading files, the seed file or this
+regrade's output (:mod:`msda_labs.grading.sandbox`). docs/security.md says what each run trusts.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
+import json
 import os
+import stat
 import shutil
 import subprocess
 import sys
@@ -32,16 +37,18 @@ from pathlib import Path
 
 from msda_labs.errors import KitError
 from msda_labs.grading import integrity, judgeonly, sandbox
-from msda_labs.grading.executor import relay_safe
+from msda_labs.grading.executor import grading_env, python_command, relay_safe
 from msda_labs.grading.results import GradeResult
 from msda_labs.grading.secret import SEED_ENV, SEED_FILE_ENV, read_secret
 
-__all__ = ["RegradeError", "GradebookRow", "detect_lab", "restore", "regrade_checkout",
-           "regrade_batch", "write_gradebook", "is_checkout", "commit_of", "GRADEBOOK_COLUMNS"]
+__all__ = ["RegradeError", "GradebookRow", "detect_lab", "regrade_checkout",
+           "regrade_batch", "write_gradebook", "verify_outputs", "is_checkout", "commit_of",
+           "student_module", "check_seed_file", "GRADEBOOK_COLUMNS"]
 
 GRADEBOOK_COLUMNS = ("student", "lab", "score", "max", "integrity", "commit", "note")
 _NOT_COPIED = {".git", ".venv", "venv", ".nox", "__pycache__", ".pytest_cache", ".ruff_cache",
                ".mypy_cache", "node_modules"}
+_MODULE_LIMIT = 8 << 20  # bytes: a lab module larger than this is not a plausible submission
 
 
 class RegradeError(KitError, RuntimeError):
@@ -81,41 +88,48 @@ def commit_of(checkout: Path) -> str:
     return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
-def _copy_student(checkout: Path, work: Path) -> None:
-    def ignore(folder: str, names: list[str]) -> set[str]:
-        return {n for n in names
-                if n in _NOT_COPIED or os.path.islink(os.path.join(folder, n))}
+def student_module(checkout: Path, lab_id: str) -> tuple[bytes | None, str]:
+    """The bytes of the checkout's ``labNN.py`` and "" , or (None, why) when it has none that can
+    be graded: missing, a link, not a regular file (a FIFO would block a reader), or too large.
+    Opened without following links, and without blocking."""
+    path = Path(checkout) / f"{lab_id}.py"
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None, f"the checkout has no {lab_id}.py"
+    if stat.S_ISLNK(info.st_mode):
+        return None, f"{lab_id}.py is a symbolic link, not a file"
+    if not stat.S_ISREG(info.st_mode):
+        return None, f"{lab_id}.py is not a regular file"
+    if info.st_size > _MODULE_LIMIT:
+        return None, f"{lab_id}.py is larger than {_MODULE_LIMIT >> 20} MiB"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        return None, f"{lab_id}.py cannot be read ({exc.strerror or exc})"
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return None, f"{lab_id}.py is not a regular file"
+        data = fh.read(_MODULE_LIMIT + 1)
+    if len(data) > _MODULE_LIMIT:
+        return None, f"{lab_id}.py is larger than {_MODULE_LIMIT >> 20} MiB"
+    return data, ""
 
-    shutil.copytree(checkout, work, ignore=ignore)
 
-
-def _remove(path: Path) -> None:
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    elif path.is_dir():
-        shutil.rmtree(path)
-
-
-def restore(work: Path, pristine: Path, lab_id: str) -> list[str]:
-    """Replace every grading file in ``work`` with the pristine one; returns notes."""
-    notes = []
-    for entry in integrity._shadowing_entries(work):
-        _remove(work / entry.rstrip("/"))
-    for name in (*integrity.GRADING_FILES, *integrity.ROOT_HOOKS,
-                 *integrity.GRADING_DIRS, ".msda"):
-        _remove(work / name)
-    for rel in [*integrity.grading_files(pristine), integrity.MANIFEST_PATH]:
-        source = pristine / rel
-        if source.is_file():
-            (work / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, work / rel)
-    module = f"{lab_id}.py"
-    if not (work / module).is_file():
-        if not (pristine / module).is_file():
-            raise RegradeError(f"the checkout has no {module} and the pristine copy no starter")
-        shutil.copy2(pristine / module, work / module)
-        notes.append(f"the checkout has no {module}: graded the untouched starter")
-    return notes
+def _work_tree(pristine: Path, work: Path, lab_id: str, module: bytes | None) -> list[str]:
+    """``work``: a copy of the pristine lab with ``module`` as its ``labNN.py`` (the untouched
+    starter when None). Returns notes."""
+    shutil.copytree(pristine, work, symlinks=True,
+                    ignore=lambda folder, names: {n for n in names if n in _NOT_COPIED})
+    target = work / f"{lab_id}.py"
+    if module is not None:
+        target.unlink(missing_ok=True)
+        target.write_bytes(module)
+        return []
+    if not target.is_file():
+        raise RegradeError(f"the checkout has no gradable {lab_id}.py and the pristine copy no "
+                           f"starter")
+    return []
 
 
 def _kit_pristine(lab_id: str, scratch: Path) -> Path:
@@ -147,28 +161,65 @@ def _lock_down(scratch: Path, work: Path) -> None:
             entry.chmod(entry.stat().st_mode & ~0o007)
 
 
+def _seed_path(seed, seed_file) -> Path | None:
+    """The file the secret comes from (the same order as :func:`read_secret`), or None."""
+    if seed is not None and str(seed).strip():
+        return None
+    if seed_file:
+        return Path(seed_file)
+    if os.environ.get(SEED_ENV, "").strip():
+        return None
+    named = os.environ.get(SEED_FILE_ENV, "").strip()
+    return Path(named) if named else None
+
+
+def check_seed_file(path: Path) -> Path:
+    """Refuse a seed file that anyone but its owner could read (or that a sandbox uid owns): the
+    student's code must not be able to read the secret, whatever it learns of its path. Returns
+    the file's absolute path."""
+    path = Path(path).absolute()
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise RegradeError(f"cannot read the seed file {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise RegradeError(f"the seed file {path} is not a regular file")
+    if info.st_mode & 0o077:
+        raise RegradeError(
+            f"the seed file {path} can be read by other users (mode "
+            f"{stat.S_IMODE(info.st_mode):04o}): the students' code could read the secret. Make "
+            f"it private first: chmod 600 {path}")
+    if sandbox.UID_BASE <= info.st_uid < sandbox.UID_BASE + 1000:
+        raise RegradeError(f"the seed file {path} belongs to uid {info.st_uid}, a uid that "
+                           f"students' code runs as: keep it in a file of yours (chmod 600)")
+    return path
+
+
 def _grade_subprocess(work: Path, lab_id: str, *, secret: str | None, timeout: float | None,
                       python: str, judge_only: list[Path] = ()) -> GradeResult:
+    """``grade WORK`` in a process of its own: isolated mode with a fixed search path (the work
+    tree's package first), the work tree as its folder, an environment built from an allowlist,
+    the secret in that environment (a command line is readable by every user in /proc)."""
     out_dir = work.parent / "out"
     out_dir.mkdir(mode=0o700, exist_ok=True)
     out = out_dir / f"{work.name}.grade.json"
-    cmd = [python, "-m", "msda_labs", "grade", str(work), "--json", str(out)]
+    args = ["grade", str(work), "--json", str(out)]
     if timeout is not None:
-        cmd += ["--timeout", str(timeout)]
-    env = {k: v for k, v in os.environ.items()
-           if k not in (SEED_ENV, SEED_FILE_ENV, "MSDA_STAGE", sandbox.JUDGE_ONLY_ENV)}
-    if secret:  # in the environment: a command line is readable by every user in /proc
+        args += ["--timeout", str(timeout)]
+    cmd = python_command("msda_labs", *args, path=[str(work / "shared")], python=python)
+    env = {k: v for k, v in grading_env().items()
+           if k not in (SEED_ENV, SEED_FILE_ENV, "MSDA_STAGE", sandbox.JUDGE_ONLY_ENV,
+                        sandbox.PRIVATE_FOLDER_ENV)}
+    if secret:
         env[SEED_ENV] = secret
     if _separating():
         env[sandbox.SEPARATE_ENV] = "1"
-        env[sandbox.PRIVATE_FOLDER_ENV] = str(work)  # the student's files: for their uid only
+        env[sandbox.PRIVATE_FOLDER_ENV] = str(work)  # the submission's folder: its uid only
         env[sandbox.JUDGE_ONLY_ENV] = os.pathsep.join(
             [str(p) for p in judge_only] + [str(out_dir)]
             + [p for p in os.environ.get(sandbox.JUDGE_ONLY_ENV, "").split(os.pathsep) if p])
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(work / "shared")] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH")
-                                  else []))
-    proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL)
     if proc.returncode != 0 or not out.is_file():
         raise RegradeError(f"grading {lab_id} failed (exit {proc.returncode}): "
                            f"{relay_safe((proc.stderr or proc.stdout).strip()[-1500:])}")
@@ -179,15 +230,24 @@ def regrade_checkout(checkout: Path, *, pristine: Path | None = None, lab_id: st
                      seed: int | str | None = None, gpu: bool = False,
                      timeout: float | None = None, python: str | None = None,
                      seed_file: str | Path | None = None) -> GradeResult:
-    """Grade ``checkout`` in a copy with pristine grading files; the checkout is not written.
+    """Grade the checkout's ``labNN.py`` in a copy of the pristine lab; the checkout is not
+    written, and nothing else of it is copied or run (it is listed: integrity ``added``).
 
     The secret seed is ``seed``, else the file ``seed_file``, else ``$MSDA_GRADE_SEED`` or the
-    file ``$MSDA_GRADE_SEED_FILE`` (none: the published cases)."""
+    file ``$MSDA_GRADE_SEED_FILE`` (none: the published cases); a seed file that other users
+    can read is refused (:func:`check_seed_file`)."""
     checkout = Path(checkout).resolve()
     if not checkout.is_dir():
         raise RegradeError(f"{checkout} is not a folder")
     lab_id = detect_lab(checkout, lab_id)
-    secret = read_secret(seed, seed_file)
+    seed_path = _seed_path(seed, seed_file)
+    if seed_path is not None:
+        seed_path = check_seed_file(seed_path)
+    try:
+        secret = read_secret(seed, seed_path)
+    except KitError as exc:
+        raise RegradeError(str(exc)) from None
+    module, why = student_module(checkout, lab_id)
     with tempfile.TemporaryDirectory(prefix="msda-regrade-") as tmp:
         scratch = Path(tmp)
         if pristine is None:
@@ -196,10 +256,17 @@ def regrade_checkout(checkout: Path, *, pristine: Path | None = None, lab_id: st
             source, label = Path(pristine).resolve(), str(pristine)
         found = integrity.compare_trees(checkout, source)
         own = integrity.check_folder(checkout)
+        template = integrity.template_of(source)
+        if template is None:
+            template = set(integrity.walk(source, skip=integrity.NOT_SCANNED)[0])
+        added = integrity.extra_files(checkout, template, f"{lab_id}.py")
         work = scratch / "work"
-        _copy_student(checkout, work)
-        notes = restore(work, source, lab_id)
+        notes = _work_tree(source, work, lab_id, module)
+        if module is None:
+            notes.append(f"{why}: graded the untouched starter")
         judge_only = [source, *judgeonly.judge_only_paths(None, None)]
+        if seed_path is not None:
+            judge_only.append(seed_path)  # hidden, and the preflight must fail to open it
         if _separating():
             _lock_down(scratch, work)
             judgeonly.hide([p for p in judge_only if p.exists()])
@@ -213,21 +280,24 @@ def regrade_checkout(checkout: Path, *, pristine: Path | None = None, lab_id: st
     # edits, unless the manifest was edited too. The rest of `restored` is the kit's own drift
     # since that export (use --pristine with the published export to see none). A checkout
     # without a manifest (a Gradescope upload of labNN.py alone) is compared with the pristine
-    # copy instead: files it lacks were supplied, not changed, so only files that differ (or
-    # were added) count.
+    # copy instead: files it lacks were supplied, not changed, so only files that differ count.
     if own.get("checked"):
-        tampered = own["modified"]
+        tampered = [p for p in own["modified"] if p not in added]
     else:
-        tampered = sorted(set(found["changed"]) | set(found["added"]))
+        tampered = sorted(found["changed"])
     result.integrity = {"checked": True, "modified": [], "restored": restored,
                         "tampered": tampered, "changed": found["changed"],
-                        "missing": found["missing"], "added": found["added"], "source": label}
-    head = [f"regraded with pristine grading files from {label}"]
+                        "missing": found["missing"], "added": added, "source": label}
+    head = [f"regraded {lab_id}.py alone in the pristine lab from {label}"]
     if tampered:
-        head.append(f"the checkout had changed grading files, restored before grading: "
+        head.append(f"the checkout had changed grading files, not used for grading: "
                     f"{', '.join(tampered)}")
+    if added:
+        head.append(f"files beyond the template, not copied, imported or run: "
+                    f"{', '.join(added[:8])}" + (f" ... ({len(added)} in all)"
+                                                 if len(added) > 8 else ""))
     absent = set(found["missing"]) if not own.get("checked") else set()
-    drift = [p for p in restored if p not in tampered and p not in absent]
+    drift = [p for p in restored if p not in tampered and p not in absent and p not in added]
     if drift:
         head.append(f"{len(drift)} grading file(s) of the checkout's export differ from {label} "
                     f"and were replaced too: {', '.join(drift[:5])}"
@@ -268,10 +338,21 @@ class GradebookRow:
     commit: str
     note: str = ""
     result: GradeResult | None = None
+    digest: str = ""  # of the row and its result, taken when the judge wrote it
 
     def as_csv(self) -> list:
         return [self.student, self.lab, self.score, self.max, self.integrity, self.commit,
                 self.note]
+
+    def seal(self) -> GradebookRow:
+        self.digest = _row_digest(self.as_csv(), self.result)
+        return self
+
+
+def _row_digest(cells: list, result: GradeResult | dict | None) -> str:
+    data = result.to_dict() if isinstance(result, GradeResult) else result
+    text = json.dumps([[str(c) for c in cells], data], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _student(name: str, prefix: str | None) -> str:
@@ -284,15 +365,17 @@ def regrade_batch(folder: Path, *, lab: str | None = None, prefix: str | None = 
                   pristine: Path | None = None, progress=None, **options) -> list[GradebookRow]:
     """Regrade every checkout (a sub-folder holding a labNN.py) of ``folder``, one row each.
 
-    A checkout that cannot be graded gets a row with an empty score and the reason in ``note``.
-    Pristine copies from the kit are exported once per lab.
+    A checkout that cannot be graded gets a row with an empty score and the reason in ``note``;
+    whatever one checkout does, the next ones are graded. Pristine copies from the kit are
+    exported once per lab. Each row is sealed with a digest when the judge writes it
+    (:func:`verify_outputs` checks the written files against them).
     """
     folder = Path(folder)
     rows = []
     with tempfile.TemporaryDirectory(prefix="msda-batch-") as tmp:
         cache: dict[str, Path] = {}
         for checkout in sorted(p for p in folder.iterdir()
-                               if p.is_dir() and not p.name.startswith(".")):
+                               if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")):
             student = _student(checkout.name, prefix)
             commit = commit_of(checkout)
             try:
@@ -303,17 +386,21 @@ def regrade_batch(folder: Path, *, lab: str | None = None, prefix: str | None = 
                         cache[lab_id] = _kit_pristine(lab_id, Path(tmp) / lab_id)
                     source = cache[lab_id]
                 result = regrade_checkout(checkout, pristine=source, lab_id=lab_id, **options)
-            except (RegradeError, ValueError, OSError) as exc:
+            except (KitError, ValueError, OSError) as exc:
                 rows.append(GradebookRow(student, lab or "", "", "", "not graded", commit,
-                                         str(exc)))
+                                         str(exc)).seal())
+            except Exception as exc:  # noqa: BLE001 - one checkout never stops the class
+                rows.append(GradebookRow(student, lab or "", "", "", "not graded", commit,
+                                         f"the regrade failed on this checkout "
+                                         f"({type(exc).__name__}: {str(exc)[:300]})").seal())
             else:
                 tampered = result.integrity.get("tampered") or []
                 drift = len(result.integrity.get("restored") or []) - len(tampered)
                 rows.append(GradebookRow(
                     student, lab_id, result.score, result.max_score,
-                    "modified: " + "; ".join(tampered) if tampered else "clean", commit,
+                    integrity.summary(result.integrity), commit,
                     f"{drift} grading file(s) from an older export replaced" if drift > 0
-                    else "", result=result))
+                    else "", result=result).seal())
             if progress is not None:
                 progress(rows[-1])
     return rows
@@ -328,3 +415,37 @@ def write_gradebook(rows: list[GradebookRow], path: Path) -> Path:
         for row in rows:
             writer.writerow(row.as_csv())
     return path
+
+
+def rows_json(rows: list[GradebookRow]) -> list[dict]:
+    """The regrade's ``--json`` list: one entry per row, with its result."""
+    return [{"student": r.student, "lab": r.lab, "commit": r.commit, "note": r.note,
+             "result": r.result.to_dict() if r.result else None} for r in rows]
+
+
+def verify_outputs(rows: list[GradebookRow], gradebook: Path | None = None,
+                   json_path: Path | None = None) -> list[str]:
+    """Check the written gradebook (and ``--json`` list) against each row's digest, taken when
+    the judge wrote the row: returns the rows that differ (empty when all hold)."""
+    problems = []
+    for row in rows:
+        if row.digest != _row_digest(row.as_csv(), row.result):
+            problems.append(f"{row.student}: the row changed in memory after it was written")
+    if gradebook is not None:
+        with open(gradebook, newline="") as fh:
+            written = list(csv.reader(fh))
+        if written[:1] != [list(GRADEBOOK_COLUMNS)] or len(written) != len(rows) + 1:
+            problems.append(f"{gradebook}: not the {len(rows)} rows the judge wrote")
+        else:
+            for row, cells in zip(rows, written[1:]):
+                if _row_digest(cells, row.result) != row.digest:
+                    problems.append(f"{gradebook}: the row of {row.student} was altered")
+    if json_path is not None:
+        entries = json.loads(Path(json_path).read_text())
+        if len(entries) != len(rows):
+            problems.append(f"{json_path}: not the {len(rows)} entries the judge wrote")
+        else:
+            for row, entry in zip(rows, entries):
+                if _row_digest(row.as_csv(), entry.get("result")) != row.digest:
+                    problems.append(f"{json_path}: the entry of {row.student} was altered")
+    return problems

@@ -44,6 +44,9 @@ __all__ = [
     "Outcome",
     "probe_ref",
     "relay_safe",
+    "grading_env",
+    "python_command",
+    "package_root",
 ]
 
 # SEED: the instructor's secret (MSDA_GRADE_SEED, MSDA_GRADE_SEED_FILE); children get only the
@@ -56,6 +59,62 @@ _WORKFLOW_COMMAND = re.compile(r"^(\s*)::|##\[")
 
 # Modes and the TRITON_INTERPRET value their zygote starts with.
 _MODE_ENV = {"cpu": None, "interpret": "1", "aot": "0", "gpu": "0"}
+
+# The environment of a grading process (the judge that a regrade starts, a zygote) is built from
+# these names and prefixes, never inherited wholesale: a variable that changes how Python, pytest
+# or torch start (PYTHONSTARTUP, PYTEST_ADDOPTS, PYTEST_PLUGINS, LD_PRELOAD, ...) stays behind.
+_ENV_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR",
+    "LD_LIBRARY_PATH", "PYTHONPATH",  # PYTHONPATH: read by python_command, ignored under -I
+})
+_ENV_PREFIXES = ("LC_", "MSDA_", "TRITON_", "TORCH_", "PYTORCH_", "CUDA_", "NVIDIA_", "OMP_",
+                 "MKL_", "OPENBLAS_")
+# Set in every grading process: only the plugins the kit names are loaded (``-p
+# msda_labs.grading.plugin``), and torch loads no device backend that an installed (or planted)
+# package declares as an entry point.
+_FIXED_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+# How a grading process starts: isolated mode (-I: no current folder, script folder, PYTHON*
+# variable or user site on sys.path), then the kit's package root and the instructor's own
+# PYTHONPATH entries, given here, in front.
+_BOOT = ("import sys; sys.path[:0] = [p for p in sys.argv[1].split({sep!r}) if p]; "
+         "name = sys.argv[2]; sys.argv = [name, *sys.argv[3:]]; import runpy; "
+         "runpy.run_module(name, run_name='__main__', alter_sys=True)")
+
+
+def package_root() -> Path:
+    """The folder that holds this ``msda_labs`` package (``shared/`` of the kit or an export)."""
+    return Path(__file__).resolve().parents[2]
+
+
+def grading_env(extra: dict[str, str] | None = None, *,
+                base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a grading process: the allowed names of ``base`` (this process's
+    environment), ``extra``, and the switches that turn plugin and backend autoloading off."""
+    source = os.environ if base is None else base
+    env = {k: v for k, v in source.items() if k in _ENV_NAMES or k.startswith(_ENV_PREFIXES)}
+    env.update(extra or {})
+    env.update(_FIXED_ENV)
+    return env
+
+
+def _search_path(path: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """The kit's package root, ``path``, then the absolute entries of $PYTHONPATH (never the
+    current folder: ``""``, ``.`` and relative entries are dropped)."""
+    extra = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    found = [str(package_root()), *path, *extra]
+    return [p for p in dict.fromkeys(found) if p and os.path.isabs(p)]
+
+
+def python_command(module: str, *args: str, path: list[str] | tuple[str, ...] = (),
+                   python: str | None = None, unbuffered: bool = False) -> list[str]:
+    """``python -m module args`` for a grading process, in isolated mode with a fixed search
+    path: the kit's package root (or the first entry of ``path``), ``path`` and $PYTHONPATH's
+    absolute entries, then the interpreter's own site-packages. Nothing in the current folder
+    (a student's checkout) can be imported, and no ``.pth`` or ``sitecustomize`` there runs."""
+    search = [*path, *_search_path()] if path else _search_path()
+    search = [p for p in dict.fromkeys(search) if p and os.path.isabs(p)]
+    return [python or sys.executable, "-I", *(["-u"] if unbuffered else []), "-c",
+            _BOOT.format(sep=os.pathsep), os.pathsep.join(search), module, *args]
 
 
 class InfrastructureError(RuntimeError):
@@ -109,16 +168,18 @@ class _Zygote:
         parent_sock, child_sock = socket.socketpair()
         # Credentials stay with the judge: student code must not read a Modal or GitHub token
         # that an instructor's regrade (or a CI job) holds in its environment, nor the seed.
-        full_env = {k: v for k, v in {**os.environ, **env}.items() if not _SECRET_NAME.search(k)}
+        full_env = {k: v for k, v in grading_env(env).items() if not _SECRET_NAME.search(k)}
+        for name in (sandbox.JUDGE_ONLY_ENV, sandbox.PRIVATE_FOLDER_ENV):
+            full_env.pop(name, None)  # paths the judge needs and a child does not
         flag = _MODE_ENV[mode]
         if flag is None:
             full_env.pop("TRITON_INTERPRET", None)
         else:
             full_env["TRITON_INTERPRET"] = flag
         full_env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-        full_env["PYTHONUNBUFFERED"] = "1"
-        cmd = [sys.executable, "-m", "msda_labs.grading.zygote", "--fd", str(child_sock.fileno()),
-               "--mode", mode]
+        full_env["PYTHONUNBUFFERED"] = "1"  # for the children's own interpreters, if any
+        cmd = python_command("msda_labs.grading.zygote", "--fd", str(child_sock.fileno()),
+                             "--mode", mode, unbuffered=True)
         if lab is not None:
             cmd += ["--lab", str(lab)]
         if plan is not None:
@@ -127,8 +188,9 @@ class _Zygote:
             cmd += ["--preload-module", name]
         for path in preload:
             cmd += ["--preload", path]
+        # Its working folder is the package root (the judge's), never the student's folder.
         self.proc = subprocess.Popen(cmd, pass_fds=(child_sock.fileno(),), env=full_env,
-                                     stdin=subprocess.DEVNULL)
+                                     stdin=subprocess.DEVNULL, cwd=package_root())
         child_sock.close()
         self.conn = Connection(parent_sock.detach())
         self._ready = False

@@ -11,19 +11,34 @@ The grading flow (:mod:`msda_labs.flow`) calls :func:`check_folder`, and ``grade
 shows what differs (changed, missing, or added: a new file in a grading folder, a
 ``conftest.py`` at the root, or a root module that would shadow a package the grader imports).
 This is detection, not prevention: a student can edit the manifest too. The instructor's
-``regrade`` compares with pristine files from the kit and restores them.
+``regrade`` compares with pristine files from the kit and grades the pristine copy with the
+student's ``labNN.py`` alone.
+
+The export also lists every file of the template (``.msda/template.txt``): whatever else a
+checkout holds (a module beside ``labNN.py``, a metadata folder, a ``conftest.py``, a copy in
+``my/``) is reported as added (:func:`extra_files`). The grader never imports or runs it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 from pathlib import Path
 
-__all__ = ["MANIFEST_PATH", "GRADING_DIRS", "GRADING_FILES", "grading_files",
-           "write_manifest", "read_manifest", "diff", "compare_trees", "check_folder"]
+__all__ = ["MANIFEST_PATH", "TEMPLATE_PATH", "GRADING_DIRS", "GRADING_FILES", "grading_files",
+           "write_manifest", "read_manifest", "diff", "compare_trees", "check_folder", "walk",
+           "extra_files", "summary"]
 
 MANIFEST_PATH = ".msda/integrity.sha256"
+TEMPLATE_PATH = ".msda/template.txt"
+# Folders a checkout may hold that are nobody's work: git data, environments, caches, and what
+# the kit itself writes beside a lab (reports, GPU plots, the progress cache).
+NOT_SCANNED = frozenset({".git", ".venv", "venv", ".nox", "__pycache__", ".pytest_cache",
+                         ".ruff_cache", ".mypy_cache", "node_modules", "gpu-artifacts",
+                         ".progress"})
+_KIT_OUTPUTS = frozenset({"grade.json", "grade.md"})
+_WALK_LIMIT = 20000  # entries listed at most: a checkout of a million files is not walked whole
 GRADING_DIRS = ("tests", "shared", ".github/workflows")
 GRADING_FILES = ("noxfile.py", "requirements.txt", "classroom.yml")
 # Root files that change how pytest or Python starts, whatever their content.
@@ -36,6 +51,36 @@ _LITTER_SUFFIXES = (".pyc", ".pyo")
 def _is_litter(rel: Path) -> bool:
     return (any(part in _LITTER_DIRS or part.endswith(".egg-info") for part in rel.parts)
             or rel.name.endswith(_LITTER_SUFFIXES))
+
+
+def walk(root: Path, skip: frozenset[str] | set[str] = frozenset(),
+         limit: int = _WALK_LIMIT) -> tuple[list[str], bool]:
+    """Every entry under ``root`` that is not a folder (files, links, FIFOs, sockets), as
+    relative POSIX paths, sorted; folders named in ``skip`` are not entered. Iterative (a tree
+    thousands of levels deep is fine), never follows a link, and stops after ``limit`` entries:
+    returns (paths, whether it stopped early)."""
+    found: list[str] = []
+    stack = [("", os.fspath(root))]
+    while stack:
+        rel, folder = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            name = f"{rel}/{entry.name}" if rel else entry.name
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                is_dir = False
+            if is_dir:
+                if entry.name not in skip:
+                    stack.append((name, entry.path))
+                continue
+            found.append(name)
+            if len(found) >= limit:
+                return sorted(found), True
+    return sorted(found), False
 
 
 def sha256_file(path: Path) -> str:
@@ -79,9 +124,10 @@ def grading_files(root: Path) -> dict[str, str]:
             files[name] = sha256_file(root / name)
     for folder in GRADING_DIRS:
         base = root / folder
-        if not base.is_dir():
+        if not base.is_dir() or base.is_symlink():
             continue
-        for path in sorted(base.rglob("*")):
+        for name in walk(base)[0]:
+            path = base / name
             rel = path.relative_to(root)
             if path.is_file() and not _is_litter(rel):
                 files[rel.as_posix()] = sha256_file(path)
@@ -89,13 +135,52 @@ def grading_files(root: Path) -> dict[str, str]:
 
 
 def write_manifest(root: Path) -> Path:
-    """Write ``.msda/integrity.sha256`` for the grading files under ``root``; returns its path."""
+    """Write ``.msda/integrity.sha256`` for the grading files under ``root``, and the list of
+    every file of the template (``.msda/template.txt``); returns the manifest's path."""
     root = Path(root)
     lines = [f"{digest}  {rel}\n" for rel, digest in sorted(grading_files(root).items())]
     target = root / MANIFEST_PATH
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text("".join(lines))
+    names = set(walk(root, skip=NOT_SCANNED)[0]) | {MANIFEST_PATH, TEMPLATE_PATH}
+    (root / TEMPLATE_PATH).write_text("".join(f"{name}\n" for name in sorted(names)))
     return target
+
+
+def extra_files(checkout: Path, template: set[str] | list[str],
+                student_module: str = "") -> list[str]:
+    """What ``checkout`` holds beyond ``template`` (a set of relative paths) and the student's
+    module: files, links and other entries, outside git data, environments, caches and the
+    kit's own reports. A checkout too large to walk ends its list with a count."""
+    found, stopped = walk(checkout, skip=NOT_SCANNED)
+    known = set(template) | {student_module} | _KIT_OUTPUTS
+    extra = [name for name in found if name not in known and not _is_litter(Path(name))]
+    if stopped:
+        extra.append(f"(more than {_WALK_LIMIT} entries: not all listed)")
+    return extra
+
+
+def template_of(root: Path) -> set[str] | None:
+    """The template's files as an export listed them (``.msda/template.txt``), or None."""
+    try:
+        return {line.strip() for line in (Path(root) / TEMPLATE_PATH).read_text().splitlines()
+                if line.strip()}
+    except OSError:
+        return None
+
+
+def summary(info: dict, limit: int = 6) -> str:
+    """One gradebook cell for a regrade's integrity: ``modified: ...`` (grading files the
+    checkout changed, restored before grading), ``added: ...`` (files beyond the template,
+    never run), both, or ``clean``."""
+    parts = []
+    for key, word in (("tampered", "modified"), ("added", "added")):
+        names = list(info.get(key) or [])
+        if names:
+            shown = "; ".join(names[:limit]) + (f"; ... ({len(names)} in all)"
+                                               if len(names) > limit else "")
+            parts.append(f"{word}: {shown}")
+    return " | ".join(parts) or "clean"
 
 
 def read_manifest(path: Path) -> dict[str, str]:
@@ -157,4 +242,9 @@ def check_folder(lab_folder: Path) -> dict:
     except (OSError, ValueError) as exc:
         return {"checked": True, "modified": [MANIFEST_PATH], "changed": [MANIFEST_PATH],
                 "missing": [], "added": [], "manifest": MANIFEST_PATH, "reason": str(exc)}
-    return _report(diff(expected, grading_files(root)), root, manifest=MANIFEST_PATH)
+    report = _report(diff(expected, grading_files(root)), root, manifest=MANIFEST_PATH)
+    template = template_of(root)
+    if template is not None:  # what the repository holds beyond the template: listed, never run
+        module = next((p.name for p in sorted(root.glob("lab[0-9][0-9].py"))), "")
+        report["extra"] = extra_files(root, template, module)
+    return report

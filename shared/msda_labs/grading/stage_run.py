@@ -57,13 +57,35 @@ class _Capture:
             self.result = gs.result()
 
 
-def _plugin_autoloads() -> bool:
-    """True when pytest will load the grading plugin by itself (the package is installed)."""
-    from importlib.metadata import entry_points
+# Variables that would change what pytest loads or how it runs, whatever the kit asks for.
+_PYTEST_VARIABLES = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DEBUG")
+# What every grading session of pytest is started with: no ini file (``-c /dev/null``: no
+# pytest.ini, pyproject.toml, setup.cfg or tox.ini of the student's is read), no conftest.py
+# (none of the kit's lab tests has one; a student's anywhere on the way is never imported), no
+# cache written into the lab folder, and the kit's plugin named explicitly (plugin autoloading
+# is off: an entry point that a planted ``*.dist-info`` declares is never loaded).
+_FIXED_ARGS = ("-p", "no:cacheprovider", "-c", os.devnull, "--noconftest",
+               "-p", "msda_labs.grading.plugin")
 
-    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
-        return False
-    return any(ep.name == "msda_labs" for ep in entry_points(group="pytest11"))
+
+class _PytestEnvironment:
+    """For one in-process pytest run: plugin autoloading off and the variables that add options
+    or plugins removed; the environment is given back afterwards."""
+
+    def __enter__(self):
+        names = (*_PYTEST_VARIABLES, "PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+        self.saved = {name: os.environ.get(name) for name in names}
+        for name in _PYTEST_VARIABLES:
+            os.environ.pop(name, None)
+        os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        return self
+
+    def __exit__(self, *exc):
+        for name, value in self.saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _stage_timeout(lab: ResolvedLab, stage: str) -> float:
@@ -86,9 +108,10 @@ def collect(lab: Path, plugin, stage: str = "all") -> int:
     nothing was collected; anything else means the lab's tests are broken."""
     import pytest
 
-    return int(pytest.main([str(lab / "tests"), "--collect-only", "-p", "no:terminal",
-                            "-p", "no:cacheprovider", "-c", os.devnull, "--rootdir", str(lab),
-                            "--msda-stage", stage], plugins=[plugin]))
+    with _PytestEnvironment():
+        return int(pytest.main([str(lab / "tests"), "--collect-only", "-p", "no:terminal",
+                                *_FIXED_ARGS, "--rootdir", str(lab), "--msda-stage", stage],
+                               plugins=[plugin]))
 
 
 def run_stage(lab: ResolvedLab, submission: Path, *, stage: str = "cpu",
@@ -119,17 +142,16 @@ def run_stage(lab: ResolvedLab, submission: Path, *, stage: str = "cpu",
 
     tasks = tuple(tasks)
     export_salt(submission, seed)
-    args = [str(lab.folder / "tests"), "-p", "no:terminal", "-p", "no:cacheprovider",
-            "--rootdir", str(lab.folder), "-c", os.devnull, "--strict-markers",
+    args = [str(lab.folder / "tests"), "-p", "no:terminal", *_FIXED_ARGS,
+            "--rootdir", str(lab.folder), "--strict-markers",
             "--msda-submission", str(submission.resolve()), "--msda-stage", stage,
             "--msda-timeout", str(timeout or _stage_timeout(lab, stage))]
     for task in tasks:
         args += ["--msda-task", task]
-    if not _plugin_autoloads():
-        args += ["-p", "msda_labs.grading.plugin"]
     capture = _Capture()
     try:
-        code = pytest.main(args, plugins=[capture])
+        with _PytestEnvironment():
+            code = pytest.main(args, plugins=[capture])
     except InfrastructureError as exc:
         raise KitError(f"the grader could not run: {exc}") from None
     if capture.infrastructure:

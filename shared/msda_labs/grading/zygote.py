@@ -125,9 +125,8 @@ def _child(request: dict, write_fd: int, probe, data: bytes | None) -> None:
     payload: dict
     try:
         os.chdir(request["workdir"])
-        folder = str(Path(request["submission"]).parent)
-        if folder not in sys.path:
-            sys.path.insert(0, folder)
+        # The submission is the lab module alone: its folder is not put on sys.path, so nothing
+        # else of the student's (a module beside it, a metadata folder) can be imported.
         args, kwargs = pickle.loads(request["args"])
         module = import_submission(request["submission"], data)
         value = probe(module, *args, **kwargs)
