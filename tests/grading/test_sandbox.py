@@ -73,6 +73,31 @@ def leave_behind(marker):
             time.sleep(60)
         os._exit(0)
     return int(os.read(read_end, 32))
+
+def _shmget(key, flags):
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.shmget(ctypes.c_int(key), ctypes.c_size_t(4096), ctypes.c_int(flags))
+
+def litter(folders, tag):
+    """Write a file named ``tag`` into every folder given, the scratch and the Triton cache, and
+    make a SysV shared memory segment; returns where it could write."""
+    wrote = []
+    for folder in [*folders, os.environ["TMPDIR"], os.environ["TRITON_CACHE_DIR"]]:
+        try:
+            with open(os.path.join(folder, tag), "w") as fh:
+                fh.write("planted")
+            wrote.append(folder)
+        except OSError:
+            pass
+    return {"wrote": wrote, "shm": _shmget(0x6d736461, 0o1000 | 0o666) >= 0}
+
+def look(folders, tag):
+    """What this child sees of ``litter``: the folders holding ``tag``, the segment."""
+    seen = [f for f in [*folders, os.environ["TMPDIR"], os.environ["TRITON_CACHE_DIR"]]
+            if os.path.exists(os.path.join(f, tag))]
+    return {"seen": seen, "cache": sorted(os.listdir(os.environ["TRITON_CACHE_DIR"])),
+            "shm": _shmget(0x6d736461, 0) >= 0}
 '''
 
 
@@ -121,6 +146,23 @@ def separated(judge_dir):
                 os.environ[key] = value
 
 
+def _processes(uid: int, parent: int) -> list[str]:
+    """The processes that run as ``uid`` or whose parent is ``parent`` (a zygote)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            status = Path(f"/proc/{entry}/status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if str(uid) in fields.get("Uid", "").split() or fields.get("PPid", "").strip() == \
+                str(parent):
+            found.append(f"{entry} {fields.get('Name', '').strip()}")
+    return found
+
+
 def _run(ex, *args):
     out = ex.run(_call, *args)
     assert out.kind == "ok", (out.kind, out.message, out.output)
@@ -153,15 +195,21 @@ def test_the_child_cannot_read_judge_only_files(separated, judge_dir):
 @needs_root
 def test_the_child_cannot_reach_the_judge(separated):
     judge = os.getpid()
-    assert _run(separated, "signal_judge", judge) == "PermissionError"
-    assert _run(separated, "read", f"/proc/{judge}/environ") == "PermissionError"
-    assert _run(separated, "read", f"/proc/{judge}/mem") == "PermissionError"
+    # In its own PID namespace the judge is not even there; elsewhere it is out of reach.
+    hidden = separated.separation.get("private") and "PID" not in separated.separation.get(
+        "world", "")
+    refused = ("ProcessLookupError",) if hidden else ("PermissionError",)
+    unreadable = ("FileNotFoundError",) if hidden else ("PermissionError",)
+    assert _run(separated, "signal_judge", judge) in refused
+    assert _run(separated, "read", f"/proc/{judge}/environ") in unreadable
+    assert _run(separated, "read", f"/proc/{judge}/mem") in unreadable
 
 
 @needs_root
 def test_the_child_writes_only_its_scratch(separated, judge_dir):
-    assert _run(separated, "write", str(judge_dir / "public" / "grade.json")) == \
-        "PermissionError"
+    # (OSError: a read-only file system, in the child's private world)
+    assert _run(separated, "write", str(judge_dir / "public" / "grade.json")) in \
+        ("PermissionError", "OSError")
     assert _run(separated, "write", "scratch.txt") == "written"  # its cwd is its scratch
     assert not (judge_dir / "public" / "grade.json").exists()
 
@@ -169,13 +217,38 @@ def test_the_child_writes_only_its_scratch(separated, judge_dir):
 @needs_root
 def test_nothing_of_the_child_outlives_its_request(separated):
     marker = f"/tmp/msda-sandbox-test-{os.getpid()}"
-    grandchild = _run(separated, "leave_behind", marker)
+    _run(separated, "leave_behind", marker)  # the grandchild's pid, in the child's namespace
+    uid, zygote = separated.separation["uid"], separated._zygotes["cpu"].info["pid"]
     deadline = time.monotonic() + 5
-    while Path(f"/proc/{grandchild}").exists() and time.monotonic() < deadline:
+    while _processes(uid, zygote) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not Path(f"/proc/{grandchild}").exists(), "a setsid grandchild outlived its test"
+    assert not _processes(uid, zygote), "a setsid grandchild outlived its test"
     assert not Path(marker).exists()
     assert list(Path(separated._sandbox.plan()["run"]).iterdir()) == []
+
+
+@needs_root
+def test_nothing_a_child_writes_is_seen_by_the_next(separated, judge_dir):
+    """A child writes into every world-writable folder, its scratch and its Triton cache, and
+    makes a SysV segment. The next child of the same worker sees none of it but the cache (kept
+    for the grading run), a child of a later grading of the same file (a regrade) sees nothing,
+    and nothing of it is left on the disk."""
+    folders = sandbox.world_writable_folders()
+    assert {"/tmp", "/var/tmp", "/dev/shm"} <= set(folders)
+    tag = f"planted-{os.getpid()}"
+    wrote = _run(separated, "litter", folders, tag)
+    assert separated.separation.get("private") is True, separated.separation
+    assert len(wrote["wrote"]) == len(folders) + 2 and wrote["shm"], wrote  # all were writable
+    # The Triton cache is the grading run's (its kernels compile once per run), the rest is not
+    cache = os.path.join(separated._sandbox.plan()["triton"])
+    assert _run(separated, "look", folders, tag) == {"seen": [cache], "cache": [tag],
+                                                     "shm": False}
+    assert not [f for f in folders if os.path.exists(os.path.join(f, tag))]
+    with Executor(judge_dir / "lab99.py", default_timeout=20) as again:
+        again.start("cpu")
+        assert _run(again, "look", folders, tag) == {"seen": [], "cache": [], "shm": False}
+    # Writes outside them fail: the rest of the file system is read-only in the child's world.
+    assert _run(separated, "write", "/var/msda-planted") in ("PermissionError", "OSError")
 
 
 @needs_root
@@ -310,3 +383,80 @@ def test_the_gradescope_zip_carries_the_seed_for_root_only(tmp_path):
         assert zf.read(info).decode().strip() == "term-secret"
         script = zf.read("gradescope_grade.py").decode()
     assert 'setdefault("MSDA_SEPARATE", "1")' in script and "MSDA_GRADE_SEED_FILE" in script
+
+
+# -- cleanup: a tree a child shaped never stops a grading ------------------------------------
+def _hostile_tree(top: Path, depth: int = 3000, width: int = 3000) -> None:
+    """What a child can leave in its scratch: a chain of folders ``depth`` deep (past PATH_MAX and
+    Python's recursion limit), a folder of ``width`` files, symlinks in loops and out of the
+    tree, folders and files without permissions for their owner, a socket and a FIFO."""
+    import socket
+
+    fd = os.open(top, os.O_RDONLY)
+    for _ in range(depth):
+        os.mkdir("d", dir_fd=fd)
+        inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.close(fd)
+    (top / "wide").mkdir()
+    for i in range(width):
+        (top / "wide" / f"f{i}").touch()
+    (top / "links").mkdir()
+    for name, target in (("up", ".."), ("root", "/"), ("self", "self"), ("a", "b"), ("b", "a")):
+        os.symlink(target, top / "links" / name)
+    (top / "closed" / "inner").mkdir(parents=True)
+    (top / "closed" / "inner" / "file").write_text("x")
+    (top / "closed" / "inner" / "file").chmod(0)
+    (top / "closed" / "inner").chmod(0)
+    (top / "closed").chmod(0)
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(top / "sock"))
+    os.mkfifo(top / "fifo")
+
+
+@pytest.fixture
+def fast_tmp(monkeypatch):
+    """A temporary folder on tmpfs where there is one (removing 3,000 folders one by one on a
+    disk mounted with ``discard`` takes seconds), made the process's temporary folder."""
+    base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+    folder = Path(tempfile.mkdtemp(prefix="msda-cleanup-test-", dir=base))
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    yield folder
+    sandbox.remove_tree(folder)  # (shutil.rmtree recurses once per level)
+
+
+def test_removal_survives_any_tree_a_child_can_shape(fast_tmp):
+    top = fast_tmp / "scratch"
+    top.mkdir()
+    _hostile_tree(top)
+    # the walk goes down as far as a path can name (PATH_MAX), without recursion
+    assert len(sandbox.walk_tree(top)) > 4000
+    assert sandbox.remove_tree(top) is True and not os.path.lexists(top)
+    assert sandbox.remove_tree(top) is True  # already gone
+    plan = {"run": str(top), "uid": os.geteuid()}
+    top.mkdir()
+    _hostile_tree(top, depth=500, width=10)
+    (fast_tmp / "shared").mkdir()
+    sandbox.clean(plan, folders=[str(fast_tmp / "shared")])  # never raises; a fresh scratch
+    assert top.is_dir() and list(top.iterdir()) == []
+
+
+@needs_root
+def test_a_stale_sandbox_never_blocks_the_next(fast_tmp):
+    """An executor that died (or a removal that failed) leaves its folder behind, shaped by the
+    child: the next sandbox of that slot moves it out of the way, removes it, and starts fresh."""
+    planted = 6  # slots: other gradings on this machine may hold the first ones
+    for slot in range(planted):
+        (fast_tmp / f"msda-sandbox-{slot}-stale" / "run").mkdir(parents=True)
+        _hostile_tree(fast_tmp / f"msda-sandbox-{slot}-stale" / "run", width=10)
+    second = sandbox.Sandbox.open()
+    try:
+        stale = fast_tmp / f"msda-sandbox-{second.slot}-stale"
+        assert second.slot < planted and second.base.parent == fast_tmp
+        assert second.run_dir.is_dir() and list(second.run_dir.iterdir()) == []
+        assert not stale.exists() and not list(fast_tmp.glob(f".msda-discarded-{second.slot}-*"))
+        _hostile_tree(second.run_dir, depth=3000, width=10)  # and the same in its own scratch
+    finally:
+        second.close()
+    assert not second.base.exists() and not list(fast_tmp.glob(f".msda-discarded-{second.slot}-*"))

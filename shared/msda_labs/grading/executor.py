@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 from msda_labs.grading import judgeonly, sandbox
-from msda_labs.grading.kernelcache import KernelCache
 
 __all__ = [
     "Executor",
@@ -253,7 +252,6 @@ class Executor:
         self.default_timeout = default_timeout
         self._zygotes: dict[str, _Zygote] = {}
         self._sandbox: sandbox.Sandbox | None = None
-        self._kernels: KernelCache | None = None  # the submission's Triton cache, separated
         self._required = False
         self.separation: dict | None = None  # decided when the first worker starts
 
@@ -300,7 +298,6 @@ class Executor:
         private = os.environ.get(sandbox.PRIVATE_FOLDER_ENV, "")
         if private and Path(private).resolve() == self.submission.parent:
             sandbox.share_with(self.submission.parent, box.gid)
-        self._kernels = KernelCache.claim(self.submission, box.uid)
         self.separation = {"separated": True, "uid": box.uid, "hidden": [str(p) for p in paths]}
 
     def start(self, mode: str) -> None:
@@ -310,8 +307,7 @@ class Executor:
         self._separate()
         zyg = self._zygotes.get(mode)
         if zyg is None or not zyg.alive():
-            plan = self._sandbox.plan(gpu=mode == "gpu", triton=self._kernels and
-                                      self._kernels.folder) if self._sandbox else None
+            plan = self._sandbox.plan(gpu=mode == "gpu") if self._sandbox else None
             self._zygotes[mode] = _Zygote(mode, self.env, preload=self.preload,
                                           modules=self.preload_modules, lab=self.lab, plan=plan,
                                           submission=str(self.submission))
@@ -335,6 +331,12 @@ class Executor:
             self.separation["netns"] = not network
             if network:
                 self.separation["network"] = f"network not isolated on this platform ({network})"
+        if self._sandbox is not None and "private" not in self.separation:
+            # Each child's own PID, mount and IPC namespaces, fresh tmpfs over every
+            # world-writable folder (grading.world); where refused, said here.
+            self.separation["private"] = bool(zyg.info.get("private"))
+            if zyg.info.get("world"):
+                self.separation["world"] = zyg.info["world"]
         return zyg
 
     def run(self, probe: Callable | tuple[str, str, str], *args, mode: str = "cpu",
@@ -410,11 +412,8 @@ class Executor:
 
     def _give_back(self) -> None:
         if self._sandbox is not None:
-            self._sandbox.close()
+            self._sandbox.close()  # never raises; its Triton cache goes with it
             self._sandbox = None
-        if self._kernels is not None:
-            self._kernels.release()
-            self._kernels = None
 
     def close(self) -> None:
         for zyg in self._zygotes.values():

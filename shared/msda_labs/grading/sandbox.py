@@ -20,10 +20,16 @@ The judge-only files (the ground truth, the mistake catalogue, the chips, every 
 kit's own tests with the mutant library, the seed file, the regrade's work and output folders) lose
 their permissions for other users (:mod:`msda_labs.grading.judgeonly`, ``chmod o-rwx``) before
 the first child runs, and a preflight process of the same uid must fail to open them before a
-result may say ``separated``. After every request the zygote kills every process of the uid
-(:func:`reap`: a helper that becomes the uid and calls ``kill(-1, SIGKILL)``, so a grandchild
-that left the session dies too) and removes its scratch and whatever it left in /tmp, /var/tmp
-and /dev/shm (:func:`clean`).
+result may say ``separated``. Each child runs in a private world of its own where the kernel
+allows it (:mod:`msda_labs.grading.world`: its own PID, mount and IPC namespaces, fresh tmpfs
+over every world-writable folder and over its scratch, the rest of the file system read-only),
+so what it writes and starts ends with it. After every request the zygote also kills every
+process of the uid (:func:`reap`: a helper that becomes the uid and calls ``kill(-1, SIGKILL)``,
+so a grandchild that left the session dies too) and removes its scratch and whatever it left in
+the world-writable folders (:func:`clean`), which is what holds where no private world can be
+made. Every removal here is iterative and never raises (:func:`remove_tree`): a tree that a child
+shaped (thousands of levels deep, unreadable modes, sockets, loops of symlinks) cannot stop the
+grading, and a stale folder is moved out of the way so that the next sandbox is always fresh.
 
 ``MSDA_SEPARATE``: ``1`` requires separation (grading stops with an error where it is not in
 force), ``0`` turns it off, unset: on wherever the grader runs as root.
@@ -35,7 +41,6 @@ import ctypes
 import fcntl
 import os
 import resource
-import shutil
 import signal
 import stat
 import sys
@@ -45,7 +50,7 @@ from pathlib import Path
 
 __all__ = ["SEPARATE_ENV", "JUDGE_ONLY_ENV", "PRIVATE_FOLDER_ENV", "UID_BASE", "SandboxError",
            "Sandbox", "policy", "share_with", "drop", "reap", "clean", "isolate_network",
-           "FEEDBACK_ONLY"]
+           "remove_tree", "walk_tree", "world_writable_folders", "FEEDBACK_ONLY"]
 
 SEPARATE_ENV = "MSDA_SEPARATE"
 JUDGE_ONLY_ENV = "MSDA_JUDGE_ONLY"  # more judge-only paths, os.pathsep-separated
@@ -60,7 +65,11 @@ _PR_SET_CHILD_SUBREAPER = 36
 # a child writes is removed after each request (clean) and bounded by its time limit.
 _FILE_LIMIT = 64 << 30
 _DATA_HEADROOM = 4 << 30  # data segment a CPU child may add to what the zygote holds
-_TMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+# World-writable folders looked for at every start (the scan below finds others near the top).
+_KNOWN_SHARED = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/var/lock", "/run/shm",
+                 "/dev/mqueue")
+_SCAN_DEPTH = 3  # how deep world_writable_folders looks below / (about 20 ms here)
+_NOT_SCANNED = ("/proc", "/sys", "/dev")  # kernel views: nothing there keeps a child's files
 
 FEEDBACK_ONLY = ("this grade is feedback only: the graded run (regrade, Gradescope) runs your code "
                  "as a separate user, with hidden cases")
@@ -114,9 +123,7 @@ class Sandbox:
                 continue
             reap(uid)  # what an executor that died holding this slot left behind
             clean_tmp(uid)
-            for stale in Path(tempfile.gettempdir()).glob(f"msda-sandbox-{slot}-*"):
-                if stale.is_dir() and not stale.is_symlink() and stale.stat().st_uid == 0:
-                    shutil.rmtree(stale, ignore_errors=True)
+            _discard_stale(slot)
             base = Path(tempfile.mkdtemp(prefix=f"msda-sandbox-{slot}-"))
             os.chmod(base, 0o711)  # the child may enter it, not list it
             box = cls(slot, fd, base)
@@ -132,13 +139,50 @@ class Sandbox:
                 "triton": str(triton or self.triton), "gpu": gpu}
 
     def close(self) -> None:
+        """Kill what the uid runs, remove its folders, give the slot back; never raises (a
+        folder that cannot be removed is renamed out of the way, see :func:`remove_tree`)."""
         if self._lock_fd < 0:
             return
-        reap(self.uid)
-        clean_tmp(self.uid)
-        shutil.rmtree(self.base, ignore_errors=True)
-        os.close(self._lock_fd)
+        for step in (lambda: reap(self.uid), lambda: clean_tmp(self.uid),
+                     lambda: _discard(self.base)):
+            try:
+                step()
+            except Exception:  # noqa: BLE001 - the slot is given back whatever happens
+                pass
+        try:
+            os.close(self._lock_fd)
+        except OSError:
+            pass
         self._lock_fd = -1
+
+
+def _discard_stale(slot: int) -> None:
+    """Folders an earlier sandbox of ``slot`` left (its executor died, or a removal failed): each
+    is renamed out of the way first, so a fresh folder is used whatever remains of it."""
+    top = Path(tempfile.gettempdir())
+    for pattern in (f"msda-sandbox-{slot}-*", f".msda-discarded-{slot}-*"):
+        for stale in top.glob(pattern):
+            try:
+                info = os.lstat(stale)
+            except OSError:
+                continue
+            if stat.S_ISDIR(info.st_mode) and info.st_uid == 0:
+                _discard(stale, slot)
+
+
+def _discard(folder: Path, slot: int | None = None) -> None:
+    """Rename ``folder`` out of the way (``.msda-discarded-*`` beside it), then remove it."""
+    name = folder.name
+    if not name.startswith(".msda-discarded-"):
+        if slot is None:
+            slot = int(name.split("-")[2]) if name.startswith("msda-sandbox-") else 0
+        target = folder.with_name(f".msda-discarded-{slot}-{os.urandom(6).hex()}")
+        try:
+            os.rename(folder, target)
+            folder = target
+        except OSError:
+            pass
+    remove_tree(folder)
 
 
 def share_with(folder: Path, gid: int, keep_out: tuple[str, ...] = ("shared", "tests")) -> None:
@@ -152,15 +196,17 @@ def share_with(folder: Path, gid: int, keep_out: tuple[str, ...] = ("shared", "t
             continue
         paths = [entry.path]
         if entry.is_dir(follow_symlinks=False):
-            for sub, dirs, files in os.walk(entry.path):
-                paths += [os.path.join(sub, n) for n in dirs + files]
+            paths += list(walk_tree(entry.path))
         for path in paths:
-            info = os.lstat(path)
-            if stat.S_ISLNK(info.st_mode):
+            try:
+                info = os.lstat(path)
+                if stat.S_ISLNK(info.st_mode):
+                    continue
+                os.chown(path, -1, gid)
+                os.chmod(path, stat.S_IMODE(info.st_mode) & ~0o077 | 0o040
+                         | (0o010 if stat.S_ISDIR(info.st_mode) else 0))
+            except OSError:  # past PATH_MAX, say: not shared, which is the safe side
                 continue
-            os.chown(path, -1, gid)
-            os.chmod(path, stat.S_IMODE(info.st_mode) & ~0o077 | 0o040
-                     | (0o010 if stat.S_ISDIR(info.st_mode) else 0))
 
 
 def _lock_dir() -> Path:
@@ -322,20 +368,171 @@ def _collect_orphans() -> None:
             time.sleep(0.001)
 
 
-def _remove(path: str) -> None:
+# -- removing what a child left: iterative, bounded in open files, never raising ---------------
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def walk_tree(top: str | os.PathLike) -> list[str]:
+    """Every path below ``top`` (not ``top`` itself), folders before what they hold, without
+    following symlinks: a loop over a work list, so depth costs no recursion. Entries that
+    cannot be read, or lie deeper than a path can name (PATH_MAX), are skipped."""
+    found: list[str] = []
+    pending = [os.fspath(top)]
+    while pending:
+        folder = pending.pop()
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    found.append(entry.path)
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            pending.append(entry.path)
+                    except OSError:
+                        continue
+        except OSError:
+            continue
+    return found
+
+
+def remove_tree(path: str | os.PathLike) -> bool:
+    """Remove ``path`` and all it holds; True when it is gone. Never raises.
+
+    A child may have shaped the tree: thousands of levels deep (a path longer than PATH_MAX, and
+    deeper than Python's recursion limit), folders without permissions for their owner, sockets,
+    FIFOs, symlinks in loops. So the removal works on file descriptors, never follows a symlink,
+    and flattens as it goes: every folder found below the top is renamed to the top level before
+    its contents are removed, so at most two folders are open at a time and no path is long."""
     try:
-        if stat.S_ISDIR(os.lstat(path).st_mode):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            os.unlink(path)
-    except OSError:
-        pass
+        return _remove_tree(os.fspath(path))
+    except Exception:  # noqa: BLE001 - cleanup must never stop a grading
+        return False
 
 
-def clean_tmp(uid: int) -> None:
-    """Remove what ``uid`` left in /tmp, /var/tmp and /dev/shm (and one level down in the
-    world-writable folders there)."""
-    for top in _TMP_DIRS:
+def _remove_tree(path: str) -> bool:
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return True
+    if not stat.S_ISDIR(info.st_mode):
+        os.unlink(path)
+        return True
+    top = _open_dir(path, None)
+    token = os.urandom(6).hex()
+    counter = 0
+    try:
+        pending: list[str | None] = [None]  # None: the top itself; else a name at the top level
+        rounds: dict[str | None, int] = {}
+        while pending:
+            name = pending.pop()
+            try:
+                fd = top if name is None else _open_dir(name, top)
+            except FileNotFoundError:
+                continue
+            try:
+                while True:
+                    moved = []
+                    with os.scandir(fd) as entries:
+                        batch = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+                    if not batch:
+                        break
+                    for entry, is_dir in batch:
+                        try:
+                            if not is_dir:
+                                os.unlink(entry, dir_fd=fd)
+                            elif name is None:
+                                moved.append(entry)
+                            else:  # up to the top level: never more than one level deep
+                                counter += 1
+                                flat = f".rm-{token}-{counter}"
+                                os.rename(entry, flat, src_dir_fd=fd, dst_dir_fd=top)
+                                moved.append(flat)
+                        except FileNotFoundError:
+                            continue
+                    pending.extend(moved)
+                    if name is None:
+                        break  # the top's folders are on the work list; they empty themselves
+            finally:
+                if fd != top:
+                    os.close(fd)
+            if name is not None:
+                try:
+                    os.rmdir(name, dir_fd=top)
+                except FileNotFoundError:
+                    pass
+                except OSError:  # something came back while it was emptied: once more
+                    rounds[name] = rounds.get(name, 0) + 1
+                    if rounds[name] < 3:
+                        pending.append(name)
+    finally:
+        os.close(top)
+    os.rmdir(path)  # raises (and remove_tree answers False) when something is left
+    return True
+
+
+def _open_dir(name: str, parent: int | None) -> int:
+    """Open a folder for listing, without following a symlink; a folder whose owner removed its
+    own permissions (a grader that is not root removes its own files) is opened after a chmod."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except PermissionError:
+        os.chmod(name, 0o700, dir_fd=parent)
+        return os.open(name, _DIR_FLAGS, dir_fd=parent)
+
+
+def _remove(path: str) -> None:
+    remove_tree(path)
+
+
+def world_writable_folders() -> list[str]:
+    """The folders every user may write to: the usual ones, and any other found within a few
+    levels below ``/`` (outside the kernel's views), symlinks resolved, outermost first."""
+    found = set()
+    for path in _KNOWN_SHARED:
+        found.add(os.path.realpath(path))
+    pending = [("/", 0)]
+    while pending:
+        folder, depth = pending.pop()
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    if entry.path in _NOT_SCANNED:
+                        continue
+                    try:
+                        if not entry.is_dir(follow_symlinks=False):
+                            continue
+                        if entry.stat(follow_symlinks=False).st_mode & stat.S_IWOTH:
+                            found.add(entry.path)
+                    except OSError:
+                        continue
+                    if depth + 1 < _SCAN_DEPTH:
+                        pending.append((entry.path, depth + 1))
+        except OSError:
+            continue
+    out = []
+    for path in found:
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_IWOTH:
+            out.append(path)
+    return sorted(out, key=lambda p: (p.count("/"), p))
+
+
+_SHARED_CACHE: list[str] = []
+
+
+def _shared_folders() -> list[str]:
+    if not _SHARED_CACHE:
+        _SHARED_CACHE.extend(world_writable_folders() or ["/tmp"])
+    return _SHARED_CACHE
+
+
+def clean_tmp(uid: int, folders: list[str] | None = None) -> None:
+    """Remove what ``uid`` left in the world-writable folders (``folders``, else all of them:
+    /tmp, /var/tmp, /dev/shm, /run/lock and any other), and one level down in the
+    world-writable folders there. Never raises."""
+    for top in folders or _shared_folders():
         try:
             entries = list(os.scandir(top))
         except OSError:
@@ -360,15 +557,27 @@ def clean_tmp(uid: int) -> None:
                         continue
 
 
-def clean(plan: dict) -> None:
-    """After a request: the child's scratch, fresh and empty, and nothing of its uid in /tmp."""
+def clean(plan: dict, folders: list[str] | None = None) -> None:
+    """After a request: the child's scratch, fresh and empty, and nothing of its uid in the
+    world-writable folders. Never raises: a scratch that cannot be emptied is renamed out of the
+    way and a fresh one made."""
     run = Path(plan["run"])
-    shutil.rmtree(run, ignore_errors=True)
     try:
-        _own_dir(run, plan["uid"])
-    except FileExistsError:  # pragma: no cover - rmtree left something it could not remove
+        if any(True for _ in os.scandir(run)) or os.lstat(run).st_uid != plan["uid"]:
+            if not remove_tree(run):
+                os.rename(run, run.with_name(f".msda-discarded-run-{os.urandom(6).hex()}"))
+            _own_dir(run, plan["uid"])
+    except FileNotFoundError:
+        try:
+            _own_dir(run, plan["uid"])
+        except OSError:
+            pass
+    except Exception:  # noqa: BLE001 - cleanup must never stop a grading
         pass
-    clean_tmp(plan["uid"])
+    try:
+        clean_tmp(plan["uid"], folders)
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def is_root() -> bool:

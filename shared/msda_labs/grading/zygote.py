@@ -5,8 +5,11 @@ Started as ``python -m msda_labs.grading.zygote --fd N --mode MODE [--lab NN] [-
 modes), the earlier labs' chips and the lab's probe modules once, then serves requests from the
 judge, forking one child per request. Student code runs only in those children. With a ``--plan``
 (:mod:`msda_labs.grading.sandbox`) the zygote first moves to a network namespace of its own, each
-child drops to the plan's uid before it imports the submission, and after each request every
-process of that uid is killed and its files removed. Before it serves, and before every request,
+child runs in a private world of its own (:mod:`msda_labs.grading.world`: PID, mount and IPC
+namespaces, fresh tmpfs over every world-writable folder) and drops to the plan's uid before it
+imports the submission, and after each request every process of that uid is killed and its files
+removed. What a child prints goes through a pipe, of which the zygote keeps the tail: a flood of
+output costs the child its time, never the judge's disk. Before it serves, and before every request,
 the zygote checks that it holds no judge-only module (:mod:`msda_labs.grading.childguard`).
 """
 
@@ -22,14 +25,13 @@ import pickle
 import select
 import signal
 import sys
-import tempfile
 import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from msda_labs.grading import childguard, reach, sandbox
+from msda_labs.grading import childguard, reach, sandbox, world
 from msda_labs.grading.loader import import_submission
 
 _MAX_PAYLOAD = 1 << 30  # a result larger than 1 GiB is not a plausible answer
@@ -160,6 +162,8 @@ class _State:
     plan: dict | None = None  # sandbox.Sandbox.plan(): the uid a child becomes; None: not separated
     submission: str = ""  # the file every request imports (kept in sight of the zygote)
     witness: childguard.ImportWitness | None = None
+    world: dict | None = None  # world.plan_world(): each child's private world; None: none here
+    shared: list[str] | None = None  # the world-writable folders (cleaned where no world is)
 
 
 def _prepare(request: dict, state: _State):
@@ -193,20 +197,67 @@ def _start_child(request: dict, conn: Connection, state: _State, prepared, fds) 
             os.dup2(out_fd, 2)
             os.close(out_fd)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            if state.plan is not None:
-                try:
-                    sandbox.drop(state.plan)
-                except BaseException as exc:  # noqa: BLE001 - never run student code as root
-                    os.write(2, f"[msda_labs] could not drop privileges: {exc}\n".encode())
-                    os._exit(71)
-                request = {**request, "workdir": state.plan["run"]}
-            _child(request, write_fd, *prepared)
+            if state.plan is None:
+                _child(request, write_fd, *prepared)
+            if state.world is not None:  # keeper and init stay root; only the child drops
+                world.isolate(state.world, lambda: _dropped(request, state, write_fd, prepared),
+                              close_in_keeper=(write_fd,))
+            _dropped(request, state, write_fd, prepared)
         finally:
             os._exit(70)
     return pid
 
 
-def _read_result(read_fd: int, deadline: float, pid: int):
+def _dropped(request: dict, state: _State, write_fd: int, prepared) -> None:
+    """In the process that runs the submission: become the plan's uid, then run it."""
+    try:
+        sandbox.drop(state.plan)
+    except BaseException as exc:  # noqa: BLE001 - never run student code as root
+        os.write(2, f"[msda_labs] could not drop privileges: {exc}\n".encode())
+        os._exit(71)
+    _child({**request, "workdir": state.plan["run"]}, write_fd, *prepared)
+
+
+class _Tail:
+    """The read end of the children's output pipe: drained whenever the zygote waits, keeping
+    only the last bytes (what the judge shows), so the child never blocks on a full pipe and a
+    flood of output takes no disk."""
+
+    def __init__(self, fd: int):
+        os.set_blocking(fd, False)
+        self.fd = fd
+        self.data = bytearray()
+        self.open = True
+
+    def pump(self, budget: int = 64 << 20) -> None:
+        while self.open and budget > 0:
+            try:
+                chunk = os.read(self.fd, 1 << 20)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self.open = False
+                return
+            budget -= len(chunk)
+            self.data += chunk
+            if len(self.data) > 4 * _OUTPUT_TAIL:
+                del self.data[:-_OUTPUT_TAIL]
+
+    def drain(self, seconds: float) -> None:
+        """Read until every writer has closed the pipe (at most ``seconds``)."""
+        end = time.monotonic() + seconds
+        while self.open and time.monotonic() < end:
+            select.select([self.fd], [], [], max(0.0, min(0.05, end - time.monotonic())))
+            self.pump()
+
+    def text(self) -> str:
+        os.close(self.fd)
+        return bytes(self.data[-_OUTPUT_TAIL:]).decode("utf-8", "replace")
+
+
+def _read_result(read_fd: int, deadline: float, pid: int, out: _Tail):
     """The child's reply, until the pipe closes, or the child has exited and the pipe is drained
     (a grandchild may hold the pipe open). Returns (chunks, status, wait status or None)."""
     chunks: list[bytes] = []
@@ -216,7 +267,13 @@ def _read_result(read_fd: int, deadline: float, pid: int):
         left = deadline - time.monotonic()
         if left <= 0:
             return chunks, "timeout", None
-        ready, _, _ = select.select([read_fd], [], [], 0 if exited else min(left, 0.25))
+        ready, _, _ = select.select([read_fd] + ([out.fd] if out.open else []), [], [],
+                                    0 if exited else min(left, 0.25))
+        if out.fd in ready:
+            out.pump()
+            ready = [fd for fd in ready if fd != out.fd]
+            if not ready and not exited:
+                continue
         if not ready:
             if exited is not None:
                 return chunks, None, exited
@@ -234,7 +291,7 @@ def _read_result(read_fd: int, deadline: float, pid: int):
 
 
 def _wait_child(pid: int, status: str | None, deadline: float,
-                raw: int | None) -> tuple[str | None, int]:
+                raw: int | None, out: _Tail) -> tuple[str | None, int]:
     if raw is not None:  # already reaped while reading
         try:  # grandchildren a submission left behind die with its session
             os.killpg(pid, signal.SIGKILL)
@@ -251,6 +308,7 @@ def _wait_child(pid: int, status: str | None, deadline: float,
             if time.monotonic() > deadline:
                 status = "timeout"
                 break
+            out.pump()
             time.sleep(0.002)
     if status is not None:
         try:
@@ -270,7 +328,8 @@ def _serve(request: dict, conn: Connection, state: _State) -> dict:
     if isinstance(prepared, dict):
         return prepared
     read_fd, write_fd = os.pipe()
-    out_fd, out_path = tempfile.mkstemp(prefix="msda-out-")
+    tail_fd, out_fd = os.pipe()
+    out = _Tail(tail_fd)
     sys.stdout.flush()
     sys.stderr.flush()
     start = time.monotonic()
@@ -278,21 +337,18 @@ def _serve(request: dict, conn: Connection, state: _State) -> dict:
     pid = _start_child(request, conn, state, prepared, (read_fd, write_fd, out_fd))
     os.close(write_fd)
     os.close(out_fd)
-    chunks, status, raw = _read_result(read_fd, deadline, pid)
+    chunks, status, raw = _read_result(read_fd, deadline, pid, out)
     os.close(read_fd)
-    status, raw = _wait_child(pid, status, deadline, raw)
+    status, raw = _wait_child(pid, status, deadline, raw, out)
     if state.plan is not None:  # every process of the uid (a setsid grandchild too), its files
         sandbox.reap(state.plan["uid"], orphans=True)
-        sandbox.clean(state.plan)
+        sandbox.clean(state.plan, state.shared)
+    out.drain(2.0)  # every writer is gone by now, or the tail is what there is
     if os.WIFSIGNALED(raw):
         exit_status, code = "signaled", os.WTERMSIG(raw)
     else:
         exit_status, code = "exited", os.WEXITSTATUS(raw)
-    with open(out_path, "rb") as fh:
-        fh.seek(0, os.SEEK_END)
-        fh.seek(max(0, fh.tell() - _OUTPUT_TAIL))
-        output = fh.read().decode("utf-8", "replace")
-    os.unlink(out_path)
+    output = out.text()
     payload = b"".join(chunks) if status is None else b""
     if status == "too_large":
         status = None
@@ -344,6 +400,21 @@ def _check_reach(state: _State) -> list[str]:
     return missing + ([f"({problem})"] if problem and missing else [])
 
 
+def _make_world(state: _State) -> dict:
+    """Separated: the private world each child gets (grading.world), checked once here.
+    Returns {"private": bool, "world": "" or what is missing, said in words}."""
+    if state.plan is None:
+        return {}
+    state.shared = sandbox.world_writable_folders()
+    needed = reach.needed_folders() + ([os.path.dirname(state.submission)]
+                                       if state.submission else [])
+    spec = world.plan_world(state.plan, state.shared, needed)
+    answer = world.probe(spec)
+    if answer["private"]:
+        state.world = {**spec, "flags": answer["flags"]}
+    return {"private": answer["private"], "world": world.describe(answer)}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--fd", type=int, required=True)
@@ -365,11 +436,12 @@ def main(argv=None) -> int:
     try:
         network = _warm(args, state)
         unreachable = _check_reach(state)
+        private = _make_world(state) if not unreachable else {}
     except BaseException as exc:  # noqa: BLE001
         conn.send(("failed", f"{exc}"))
         return 1
     conn.send(("ready", {"pid": os.getpid(), "mode": args.mode, "network": network,
-                         "unreachable": unreachable}))
+                         "unreachable": unreachable, **private}))
     while True:
         try:
             kind, request = conn.recv()
