@@ -16,15 +16,15 @@ import pytest
 import torch
 
 from msda_labs.grading import expect_close
-from msda_labs.grading.bigcase import INT64_HINT, BigCase
+from msda_labs.grading.bigcase import BigCase, judge_big
 from msda_labs.grading.peaked import (
-    ACC_HINT,
     FP16_ACC_MESSAGE,
     PEAKED,
+    accumulator_near,
     fp16_running_sum,
     peaked_inputs,
 )
-from msda_labs.grading.probes import CRASH_HINT, run_guarded, shared_run
+from msda_labs.grading.probes import run_guarded, shared_run
 from msda_labs.truth.cases import DECODER, STANDARD_CASES, Case
 from msda_labs.truth.reference import msda_reference
 
@@ -122,14 +122,12 @@ def test_chunked_accumulates_in_fp32(submission):
     judge.check_guards(res, f"{what} on {PEAKED.describe()}")
     value, shapes, _starts, loc, attn = inputs
     ref = msda_reference(value.double(), shapes, loc.double(), attn.double())
-    try:  # the fp16 running sum is only computed for a wrong result
-        expect_close(res["out"], ref, what=what, case=PEAKED.describe(), dtype=torch.float16,
-                     expect_dtype=torch.float16,
-                     variants=lambda: {"fp16_acc": (fp16_running_sum(inputs), FP16_ACC_MESSAGE)})
-    except AssertionError as exc:
-        if "this is exactly" in str(exc):
-            raise
-        raise AssertionError(f"{exc}; {ACC_HINT}") from None
+    # The fp16 running sum is only computed for a wrong result, and named only when the output
+    # is that sum's (exactly, or within four fp16 steps of it).
+    expect_close(res["out"], ref, what=what, case=PEAKED.describe(), dtype=torch.float16,
+                 expect_dtype=torch.float16,
+                 variants=lambda: {"fp16_acc": (fp16_running_sum(inputs), FP16_ACC_MESSAGE)},
+                 near=lambda: accumulator_near(inputs))
 
 
 @pytest.mark.task("6.1", points=1)
@@ -156,21 +154,24 @@ def _big_reference(case):
 @pytest.mark.task("6.1", points=2)
 @pytest.mark.rule("int64-offsets")
 def test_int64_offsets_every_chunk_width(submission):
-    case, block_q = BIG, 8  # one query block: the offsets, not the tiling, are on trial here
-    results = run_guarded(submission, probes.big_probe, case, block_q, tuple(CHUNK_WIDTHS),
-                          hint=f"{CRASH_HINT}. {INT64_HINT}")
-    for chunk_d, width in CHUNK_WIDTHS.items():
-        res = results[str(chunk_d)] if isinstance(results, dict) else None
-        what = (f"msda_forward_chunked_kernel (BLOCK_Q={block_q}, CHUNK_D={chunk_d}; "
-                f"{width.replace('D=6', f'D={case.D}')})")
-        try:
+    block_q = 8  # one query block: the offsets, not the tiling, are on trial here
+
+    def run(case):
+        return run_guarded(submission, probes.big_probe, case, block_q, tuple(CHUNK_WIDTHS))
+
+    def check(results, case):
+        for chunk_d, width in CHUNK_WIDTHS.items():
+            res = results[str(chunk_d)] if isinstance(results, dict) else None
+            what = (f"msda_forward_chunked_kernel (BLOCK_Q={block_q}, CHUNK_D={chunk_d}; "
+                    f"{width.replace('D=6', f'D={case.D}')})")
             if res is None:
                 raise AssertionError(f"{what}: the probe returned no output")
             judge.check_guards(res, f"{what} on {case.describe()}")
-            expect_close(res["out"], _big_reference(case), what=what, case=case.describe(),
+            expect_close(res["out"], _big_reference(BIG), what=what, case=case.describe(),
                          dtype=torch.float32, expect_dtype=torch.float32)
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}; {INT64_HINT}") from None
+
+    # int32 offsets are named only when the same samples on a small level come out right.
+    judge_big(run, check, BIG)
 
 
 # -- Task 6.2: autotune, in the interpreter -------------------------------------------------------

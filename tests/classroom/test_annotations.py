@@ -1,7 +1,7 @@
 """GitHub annotations of a grading run: the def line of the graded function (found by reading
-source, never importing it), one per exercise, errors for lost points (most lost first),
-notices for exercises not attempted, GitHub's per-step cap, escaping; and the job summary's
-table, the terminal's rows and feedback lines."""
+source, never importing it), one per exercise, errors for lost points (cause first: see
+tests/grading/test_diagnosis.py), notices for exercises not attempted, GitHub's per-step cap,
+escaping; and the job summary's table, the terminal's rows and feedback lines."""
 
 from __future__ import annotations
 
@@ -49,15 +49,15 @@ def test_exercises_point_at_the_def_line_of_the_function_they_grade():
     assert definitions(module)["msda_forward_kernel"] == line
 
 
-def test_one_annotation_per_exercise_most_points_lost_first():
+def test_one_annotation_per_exercise_in_task_order_when_no_mistake_is_named():
     lab = MANIFEST.lab("lab05")
     out = annotation_lines(_lab05_result(), starter_path("lab05"), ROOT / lab.folder / "tests",
                            "lab05.py")
     assert [line.split(" ", 1)[0] for line in out] == ["::error", "::error", "::notice"]
-    assert "title=Task 5.2 query tiles and masks (0/3 pts) in msda_forward_kernel" in out[0]
-    assert out[0].endswith("::FAILED: test_store_masks_the_query_tail: unmasked tail")
-    assert "title=Task 5.1 msda_forward_kernel (1/3 pts)::" in out[1]
-    assert out[1].endswith("x and y swapped: element [0, 1] 1.0 vs 2.0")
+    assert "title=Task 5.1 msda_forward_kernel (1/3 pts)::" in out[0]
+    assert out[0].endswith("x and y swapped: element [0, 1] 1.0 vs 2.0")
+    assert "title=Task 5.2 query tiles and masks (0/3 pts) in msda_forward_kernel" in out[1]
+    assert out[1].endswith("::FAILED: test_store_masks_the_query_tail: unmasked tail")
     assert out[2].startswith("::notice file=lab05.py,line=") and "not attempted" in out[2]
 
 

@@ -14,14 +14,21 @@ student table links to. The page itself is written by :mod:`.insight_page`.
 
 A *named mistake* is a failure whose message says which known mistake the output matched: a
 sentence of the mistake catalogues (:mod:`msda_labs.mistakes`), or the grader's "this is
-exactly the output of ..." and "this is a/an ...: ..." phrases. A failing test that names none
-is a *feedback gap*: the student learns that it failed, not why.
+exactly the output of ..." and "this is a/an ...: ..." phrases (:mod:`msda_labs.grading.diagnosis`,
+which the reports use too). A crash or a timeout counts for the mistake its message names: the
+grader names one only with evidence (the int64-offset tests, for one, run the same samples on a
+small level, and a crash that only the size causes is an overflow of int32 offsets). A failing
+test that names none is a *feedback gap*, the student learns that it failed, not why; unless a
+mistake named upstream in the same submission may be behind it (:func:`diagnose`): such side
+effects are counted apart, not listed as gaps.
+
+Hint links are absolute: the ``--handouts`` URL, else the handout's ``file://`` address on this
+machine (a page mailed to others needs ``--handouts``).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import statistics
 from dataclasses import dataclass
@@ -29,6 +36,7 @@ from datetime import date
 from pathlib import Path
 
 from msda_labs.errors import KitError
+from msda_labs.grading.diagnosis import catalogue_sentences, diagnose, named_mistakes
 from msda_labs.grading.results import GradeResult, Status
 
 __all__ = ["InsightError", "Graded", "collect", "parse_due", "named_mistakes", "build_insight",
@@ -41,8 +49,6 @@ OUTCOME_LABEL = {"passed": "passed", "failed": "failed", "not_attempted": "not a
 OUTCOME_COLOUR = {"passed": "#2e7d32", "failed": "#c62828", "not_attempted": "#9e9e9e",
                    "crashed": "#6a1b9a", "timeout": "#ef6c00"}
 _REPORT_FILES = ("grade.json", "regrade.json", "gpu.json")
-_EXACT = re.compile(r"this is exactly the output of (?P<text>[^;]+)")
-_THIS_IS = re.compile(r"this is an? (?P<label>[^:;]{3,80}): (?P<meaning>[^;]+)")
 
 
 class InsightError(KitError, ValueError):
@@ -153,66 +159,8 @@ def parse_due(items: list[str] | None) -> dict[str, date]:
 # ------------------------------------------------------------------------------ named mistakes
 
 def _catalogue_sentences() -> list[tuple[str, str, str]]:
-    """``(key, label, sentence)`` for every sentence of every mistake catalogue.
-
-    The catalogues need torch; where it is not installed (the regrade workflow's gradebook job)
-    this is empty and the grader's phrases alone name the mistakes.
-    """
-    try:
-        from msda_labs.mistakes import (
-            forward,
-            gradients,
-            grid_sample,
-            layers,
-            memory,
-            pointers,
-            submissions,
-        )
-    except ImportError:
-        return []
-    from msda_labs.mistakes.registry import Catalogue
-
-    sentences = []
-    for module in (forward, gradients, grid_sample, layers, memory, pointers, submissions):
-        for value in vars(module).values():
-            if not isinstance(value, Catalogue):
-                continue
-            for mistake in value.entries():
-                whys = mistake.why.values() if isinstance(mistake.why, dict) else [mistake.why]
-                for why in whys:
-                    if isinstance(why, str) and len(why) > 12:
-                        sentences.append((f"{value.kind}/{mistake.name}", _label(why), why))
-    return sentences
-
-
-def _label(sentence: str) -> str:
-    head = sentence.split(":", 1)[0].strip()
-    return head if len(head) <= 90 else head[:87] + "..."
-
-
-def named_mistakes(message: str, catalogue: list[tuple[str, str, str]] | None = None
-                   ) -> list[tuple[str, str]]:
-    """The known mistakes a failure message names, as ``(label, meaning)`` pairs.
-
-    A catalogue sentence found in the message names its mistake; otherwise the grader's phrases
-    "this is exactly the output of X" and "this is a/an X: why" name X.
-    """
-    if catalogue is None:
-        catalogue = _catalogue_sentences()
-    found: dict[str, str] = {}
-    for _key, label, sentence in catalogue:
-        if sentence in message and label not in found:
-            found[label] = sentence
-    if found:
-        return list(found.items())
-    match = _EXACT.search(message)
-    if match:
-        text = match.group("text").strip()
-        return [(_label(text), text)]
-    match = _THIS_IS.search(message)
-    if match:
-        return [(match.group("label").strip(), match.group("meaning").strip())]
-    return []
+    """``(key, label, sentence)`` of every mistake catalogue (empty without torch)."""
+    return list(catalogue_sentences())
 
 
 # -------------------------------------------------------------------------------- the numbers
@@ -241,6 +189,8 @@ def _lab_meta(lab_id: str) -> tuple[str, str]:
 
 
 def _hint_link(handouts: str | None, folder: str, out_dir: Path) -> str:
+    """An absolute link to a lab's hints: under ``handouts`` (a URL), else the kit's handout on
+    this machine as a ``file://`` address; a page that travels needs ``--handouts``."""
     if not folder:
         return ""
     if handouts:
@@ -251,7 +201,7 @@ def _hint_link(handouts: str | None, folder: str, out_dir: Path) -> str:
         readme = find_manifest().parent / folder / "README.md"
     except (KitError, OSError):
         return ""
-    return Path(os.path.relpath(readme, out_dir.resolve())).as_posix() + "#hints"
+    return readme.resolve().as_uri() + "#hints"
 
 
 def build_insight(graded: list[Graded], *, due: dict[str, date] | None = None,
@@ -265,9 +215,9 @@ def build_insight(graded: list[Graded], *, due: dict[str, date] | None = None,
             is stuck.
         threshold: a student below this share of a lab's points is stuck too (0..1).
         today: the day the report is about (default: today).
-        handouts: a base URL of the lab folders, for the hint links (default: a path from the
-            page to the kit's handouts).
-        out_dir: the page's folder (relative links are computed from it).
+        handouts: a base URL of the lab folders, for the hint links (default: the kit's
+            handouts on this machine, as ``file://`` addresses).
+        out_dir: the page's folder.
     """
     if not 0 <= threshold <= 1:
         raise InsightError(f"--threshold {threshold}: give a share of the points between 0 and 1")
@@ -291,8 +241,11 @@ def build_insight(graded: list[Graded], *, due: dict[str, date] | None = None,
 
 
 def _tally_submission(item: Graded, catalogue, hint: str, tasks: dict, mistakes: dict,
-                      gaps: dict) -> None:
-    """Add one student's result to a lab's task outcomes, named mistakes and feedback gaps."""
+                      gaps: dict, side: dict) -> None:
+    """Add one student's result to a lab's task outcomes, named mistakes (crashes and timeouts
+    included, where their message names one), feedback gaps, and the failures that name nothing
+    behind a mistake named upstream (``side``: not gaps)."""
+    diagnosis = diagnose(item.result, catalogue)
     for ex in item.result.exercises:
         task = tasks.setdefault(ex.id, {"id": ex.id, "name": ex.name,
                                         **{o: 0 for o in TASK_OUTCOMES}})
@@ -307,11 +260,15 @@ def _tally_submission(item: Graded, catalogue, hint: str, tasks: dict, mistakes:
                     "hint": hint})
                 entry["students"].add(item.student)
                 entry["tasks"].add(ex.id)
-            if not names and test.status is Status.FAILED:
-                gap = gaps.setdefault(test.name, {"test": test.name, "task": ex.id,
-                                                  "students": set(),
-                                                  "example": test.message[:300]})
-                gap["students"].add(item.student)
+            if names or test.status is not Status.FAILED:
+                continue
+            finding = diagnosis.of(ex, test)
+            if finding is not None and finding.after:  # a named mistake upstream may explain it
+                side.setdefault(test.name, set()).add(item.student)
+                continue
+            gap = gaps.setdefault(test.name, {"test": test.name, "task": ex.id,
+                                              "students": set(), "example": test.message[:300]})
+            gap["students"].add(item.student)
 
 
 def _lab_summary(lab_id: str, items: list[Graded], catalogue, hint: str,
@@ -322,8 +279,9 @@ def _lab_summary(lab_id: str, items: list[Graded], catalogue, hint: str,
     tasks: dict[str, dict] = {}
     mistakes: dict[str, dict] = {}
     gaps: dict[str, dict] = {}
+    side: dict[str, set] = {}
     for item in items:
-        _tally_submission(item, catalogue, hint, tasks, mistakes, gaps)
+        _tally_submission(item, catalogue, hint, tasks, mistakes, gaps, side)
     durations = [sum(t.duration for _, t in item.result.tests()) for item in items]
     n = len(items)
     ranked = sorted(mistakes.values(), key=lambda m: (-len(m["students"]), m["label"]))
@@ -343,6 +301,8 @@ def _lab_summary(lab_id: str, items: list[Graded], catalogue, hint: str,
                   "share": len(g["students"]) / n, "example": g["example"],
                   "who": sorted(g["students"])}
                  for g in gap_list[:10]],
+        # failures that name nothing, of students with a mistake named upstream: not gaps
+        "side_effects": {"tests": len(side), "failures": sum(len(w) for w in side.values())},
         "grading_seconds": {"total": sum(durations), "median": statistics.median(durations),
                             "max": max(durations)},
         "due": due_day.isoformat() if due_day else "",

@@ -1,13 +1,20 @@
 """GitHub annotations of a grading run: one workflow command per exercise that did not pass,
-placed on the ``def`` line of the function the exercise grades.
+cause first.
 
-    ::error file=lab05.py,line=60,title=Task 5.1 msda_forward_kernel (0/5 pts)::FAILED: ...
-    ::notice file=lab05.py,line=60,title=Task 5.2 query tiles and masks (0/5 pts)::not attempted
+    ::error file=lab05.py,line=62,title=Task 5.1 load_point (0/3 pts)::FAILED: ...
+    ::error file=lab05.py,line=180,title=Task 5.4 msda_forward_kernel (0/2 pts)::FAILED: 6 te...
+    ::notice file=lab05.py,line=60,title=Task 5.2 gather_corner (0/4 pts)::not attempted
+
+The order is the order of reading (:mod:`.diagnosis`): first the exercises where a named mistake
+starts, in task order (lab 05's helpers before the kernel that composes them), then the other
+failures in task order, then the exercises whose every failure follows from a cause upstream,
+whose message says so in one line. An annotation sits on the line of the student's file that an
+error's traceback names; otherwise on the ``def`` line of the function the exercise grades.
 
 GitHub shows these in the check run and beside the code in a pull request's "Files changed"
 (the Feedback pull request included). It keeps at most 10 error and 10 notice annotations of
-one step (and 50 of a job), so the step prints at most that many, the most telling first, and
-says how many more the job summary holds.
+one step (and 50 of a job), so the step prints at most that many, in that order, and says how
+many more the job summary holds.
 
 The function is found by reading source, never by importing it: the student's module and the
 lab's tests are parsed with :mod:`ast`. An exercise whose name is a function of the module
@@ -21,6 +28,8 @@ import ast
 import re
 from pathlib import Path
 
+from msda_labs.grading.diagnosis import after_text, diagnose, error_line, task_key
+from msda_labs.grading.render import test_lines
 from msda_labs.grading.results import GradeResult
 
 __all__ = ["ANNOTATIONS_PER_STEP", "definitions", "graded_functions", "annotation_lines",
@@ -108,22 +117,31 @@ def graded_functions(result: GradeResult, module_path: Path,
     return out
 
 
-def _telling(ex):
-    """The failing test that explains an exercise best: a failure with a message (often a named
-    mistake) before an error, a crash or a timeout (:attr:`Status.telling`), before a bare
-    failure."""
+def _telling(ex, diagnosis):
+    """The failing test that explains an exercise best: one where a named mistake starts, then a
+    failure with a message (often a named mistake) before an error, a crash or a timeout
+    (:attr:`Status.telling`), before a bare failure."""
     failing = [t for t in ex.tests if t.status not in ("passed", "not_attempted")]
-    return min(failing, key=lambda t: (t.status.telling, not t.message), default=None)
+
+    def key(t):
+        finding = diagnosis.of(ex, t)
+        return (not (finding and finding.causes), t.status.telling, not t.message)
+
+    return min(failing, key=key, default=None)
+
+
+_ORDER = {"cause": 0, "own": 1, "follows": 2}
 
 
 def annotation_lines(result: GradeResult, module_path: Path, tests_dir: Path | None = None,
                      file_label: str | None = None,
                      per_kind: int = ANNOTATIONS_PER_STEP) -> list[str]:
     """The workflow commands of ``result``: ``::error`` for each exercise that lost points
-    (the most points lost first), ``::notice`` for each one not attempted, at most ``per_kind``
-    of each, then one plain line naming what was left out."""
+    (cause first, see the module's docstring), ``::notice`` for each one not attempted, at most
+    ``per_kind`` of each, then one plain line naming what was left out."""
     where = graded_functions(result, module_path, tests_dir)
     label = file_label or Path(module_path).name
+    diagnosis = diagnose(result)
     errors, notices = [], []
     for ex in result.exercises:
         if ex.status == "passed":
@@ -132,19 +150,31 @@ def annotation_lines(result: GradeResult, module_path: Path, tests_dir: Path | N
         title = f"Task {ex.id} {ex.name} ({ex.score}/{ex.max_score} pts)"
         if function not in ex.name.split(", "):
             title += f" in {function}"
+        if ex.status == "not_attempted":
+            props = (f"file={escape_property(label)},line={line},"
+                     f"title={escape_property(title)}")
+            message = f"not attempted: {function} still raises NotImplementedError (the stub)"
+            notices.append(f"::notice {props}::" + escape_data(message))
+            continue
+        kind = diagnosis.kind(ex)
+        test = _telling(ex, diagnosis)
+        finding = diagnosis.of(ex, test)
+        if kind == "follows":
+            feedback = "; ".join(test_lines(ex, diagnosis))
+            causes = finding.follows if finding else []
+            line = next((c.line for c in causes if c.line), line)
+        else:
+            message = test.message or test.status
+            feedback = f"{test.status.terminal}: {test.name}: {message}"
+            if finding is not None and finding.after:
+                feedback += "; " + after_text(finding.after)
+            line = error_line(test.message, Path(module_path).name) or line
         props = (f"file={escape_property(label)},line={line},"
                  f"title={escape_property(title)}")
-        if ex.status == "not_attempted":
-            message = f"not attempted: {function} still raises NotImplementedError (the stub)"
-            notices.append((0, ex, f"::notice {props}::" + escape_data(message)))
-            continue
-        test = _telling(ex)
-        message = test.message or test.status
-        feedback = f"{test.status.terminal}: {test.name}: {message}"
-        errors.append((ex.max_score - ex.score, ex, f"::error {props}::" + escape_data(feedback)))
-    errors.sort(key=lambda item: -item[0])  # stable: task order among equal losses
-    lines = [text for _, _, text in errors[:per_kind]] + [text for _, _, text in
-                                                          notices[:per_kind]]
+        errors.append(((_ORDER.get(kind, 1), task_key(ex.id)),
+                       f"::error {props}::" + escape_data(feedback)))
+    errors.sort(key=lambda item: item[0])
+    lines = [text for _, text in errors[:per_kind]] + notices[:per_kind]
     left = max(0, len(errors) - per_kind) + max(0, len(notices) - per_kind)
     if left:
         lines.append(f"{left} more exercise(s) did not pass; GitHub keeps {per_kind} annotations "

@@ -10,7 +10,12 @@ windows alone, which gives the reference (forward and backward).
 Every location is exact in fp32: W = H = 2**14 and the pixel positions are multiples of 1/64, so
 ``x * W - 0.5`` in the kernel is the very coordinate the reference uses.
 
-Used by labs 05, 06 and 08 (Tasks 5.4, 6.1 and 8.3).
+Used by labs 05, 06 and 08 (Tasks 5.7, 6.1 and 8.3).
+
+A failure of such a case is blamed on int32 offsets only with evidence (:func:`judge_big`): the
+case's *twin* (:meth:`BigCase.twin`: the very same samples on a 32 x 32 level, every offset far
+inside the int32 range) is run through the same probe and the same checks, and only when the twin
+is right can the size alone be the cause. Otherwise the feedback says the small level fails too.
 """
 
 from __future__ import annotations
@@ -18,19 +23,22 @@ from __future__ import annotations
 import math
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from msda_labs.student.cases import MSDAInputs, seeded_generator
 
-__all__ = ["BigCase", "INT64_HINT", "sparse_zeros"]
+__all__ = ["BigCase", "INT64_HINT", "SMALL_TOO", "judge_big", "sparse_zeros"]
 
 INT64_HINT = (
-    "int32 offsets: this case differs from the small ones only in size: batch 1 starts past "
-    "value element 2**31, beyond the int32 range, and offsets computed in int32 (program ids and "
-    "tl.arange are int32) wrap around. Cast b and offs_q to tl.int64 before they multiply "
-    "strides")
+    "this is an overflow of int32 offsets: the same samples on a small level are right, and "
+    "this case differs from them only in size: batch 1 starts past value element 2**31, beyond "
+    "the int32 range, and offsets computed in int32 (program ids and tl.arange are int32) wrap "
+    "around. Cast b and offs_q to tl.int64 before they multiply strides")
+SMALL_TOO = ("the very same samples on a small level (32x32, every offset far inside the int32 "
+             "range) go wrong too, so the size is not what breaks it: the small cases come "
+             "first")
 
 
 def sparse_zeros(shape, device) -> torch.Tensor:
@@ -64,17 +72,32 @@ class BigCase:
     seed: int
     side: int = 1 << 14
     window: int = 8
+    small: bool = False  # a twin (see twin()): the same samples on a small level
 
     @property
     def S(self) -> int:
         return self.side * self.side
 
+    def twin(self) -> BigCase:
+        """The same samples on a 32 x 32 level: each window keeps its distance from the level's
+        far edges, so a kernel reads the same pixels at offsets far inside the int32 range."""
+        side = 32
+
+        def near(x: int) -> int:
+            return x if x < side // 2 else x - self.side + side
+
+        return replace(self, id=f"{self.id}_small_twin", side=side, small=True,
+                       corners=tuple((near(r), near(c)) for r, c in self.corners))
+
     def __post_init__(self):
-        if self.S * self.M * self.D < 1 << 31:
+        if not self.small and self.S * self.M * self.D < 1 << 31:
             raise ValueError(f"{self.id}: one batch must hold at least 2**31 value elements, "
                              f"has {self.S * self.M * self.D}")
 
     def describe(self) -> str:
+        if self.small:
+            return (f"case '{self.id}' (B={self.B} Q={self.Q} M={self.M} D={self.D} K={self.K}, "
+                    f"one {self.side}x{self.side} level)")
         return (f"case '{self.id}' (B={self.B} Q={self.Q} M={self.M} D={self.D} K={self.K}, one "
                 f"{self.side}x{self.side} level: batch 1 starts at value element "
                 f"{self.S * self.M * self.D:,} > 2**31)")
@@ -139,3 +162,29 @@ class BigCase:
         """d(small location) / d(big location) = side / window (exact): grad_loc of the big
         case is the small case's multiplied by this."""
         return self.side / self.window
+
+
+def judge_big(run, check, case: BigCase) -> None:
+    """Judge ``case`` through ``run(case)`` (the child's result) and ``check(result, case)``;
+    when it fails, name int32 offsets only if the case's twin passes the same run and checks.
+
+    A failure (wrong, crashed, timed out or raised) is re-raised with its status, and with
+    :data:`INT64_HINT` when the twin is right, else :data:`SMALL_TOO`.
+    """
+    from msda_labs.grading.submission import SubmissionCrashed, SubmissionError, SubmissionTimeout
+
+    failing = (AssertionError, SubmissionCrashed, SubmissionTimeout, SubmissionError)
+    try:
+        check(run(case), case)
+        return
+    except failing as exc:
+        first = exc
+    twin = case.twin()
+    try:
+        check(run(twin), twin)
+        why = INT64_HINT
+    except failing:
+        why = SMALL_TOO
+    if "this is exactly" in str(first):  # a named mistake of any size: that is the news
+        raise first
+    raise type(first)(f"{first}; {why}") from None

@@ -2,7 +2,9 @@
 
 A failure is one line: what was checked and on which case, how many elements are off at which
 tolerance, the first wrong element (index, yours vs reference), NaN/inf counted apart, and, when
-the wrong output equals what a known mistake produces, the name of that mistake.
+the wrong output equals what a known mistake produces, the name of that mistake. No explanation
+without evidence: a mistake is named only when the output matches it (``variants``: equal within
+the tolerance; ``near``: within a stated distance, and nearer to it than to the reference).
 """
 
 from __future__ import annotations
@@ -44,7 +46,9 @@ def expect_close(res: Any, ref: torch.Tensor, *, what: str, case: str = "",
                  atol: float | None = None, backward: bool = False,
                  variants: Mapping[str, tuple[torch.Tensor, str]] | Callable[[], Mapping]
                  | None = None,
-                 expect_dtype: torch.dtype | None = None) -> None:
+                 expect_dtype: torch.dtype | None = None,
+                 near: Mapping[str, tuple[torch.Tensor, float, str]] | Callable[[], Mapping]
+                 | None = None) -> None:
     """Assert ``res`` matches ``ref`` within the dtype's tolerance (or the given one).
 
     Args:
@@ -57,6 +61,11 @@ def expect_close(res: Any, ref: torch.Tensor, *, what: str, case: str = "",
             result is wrong: a match names the mistake in the message. A zero-argument callable
             returning that mapping is called only then (mistakes costly to compute).
         expect_dtype: when given, the result must have this dtype.
+        near: ``{name: (output_of_that_mistake, distance, explanation)}``, read when no variant
+            matched: the explanation is printed when the largest difference between the result
+            and that output is at most ``distance`` and smaller than its largest difference from
+            the reference (a mistake whose exact output depends on details, such as where a
+            half-precision sum rounds). A callable is called only then.
     """
     where = f"{what} on {case}" if case else what
     res = expect_tensor(res, where, shape=ref.shape)
@@ -90,7 +99,27 @@ def expect_close(res: Any, ref: torch.Tensor, *, what: str, case: str = "",
         if differs_from_ref and n_off == 0:
             parts.append(f"this is exactly the output of {explanation}")
             break
+    else:
+        explained = _near(res64, ref, near() if callable(near) else near)
+        if explained:
+            parts.append(explained)
     raise AssertionError("; ".join(parts))
+
+
+def _largest_gap(a: torch.Tensor, b: torch.Tensor) -> float:
+    gap = (a - b.detach().to(torch.float64)).abs()
+    return float("inf") if not bool(torch.isfinite(gap).all()) else float(gap.max())
+
+
+def _near(res64: torch.Tensor, ref: torch.Tensor, near) -> str:
+    """The explanation of the first ``near`` mistake the result is within reach of, or ''."""
+    for out, distance, explanation in (near or {}).values():
+        if out.shape != ref.shape:
+            continue
+        to_mistake = _largest_gap(res64, out)
+        if to_mistake <= distance and to_mistake < _largest_gap(res64, ref):
+            return explanation
+    return ""
 
 
 def expect_equal(res: Any, expected: Any, *, what: str, hint: str = "") -> None:

@@ -87,6 +87,11 @@ class GradingSession:
         self.modes: set[str] = set()
         self.items: list[pytest.Item] = []
         self._preflight: dict[str, Outcome] = {}
+        # Points of GPU tests this run does not grade (the cpu stage, or no CUDA device here).
+        self.gpu_points: OrderedDict[str, int] = OrderedDict()
+
+    def skip_gpu(self, task_id: str, points: int) -> None:
+        self.gpu_points[task_id] = self.gpu_points.get(task_id, 0) + points
 
     def preflight(self, mode: str) -> None:
         """Import the submission once per mode; if that alone fails, every test fails the same
@@ -160,6 +165,8 @@ class GradingSession:
         result.stages = stages
         result.separation = self.separation()
         result.notes = list(self.notes)
+        result.gpu_points = {task: self.gpu_points[task] for task in self.tasks
+                             if self.gpu_points.get(task)}
         if not result.separation.get("separated") and self._executor is not None:
             result.notes.append(FEEDBACK_ONLY)
         return result
@@ -264,6 +271,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         is_gpu = is_gpu_test(item)
         if (gs.stage == "cpu" and is_gpu) or (gs.stage == "gpu" and not is_gpu) or \
                 (wanted_tasks and task_id not in wanted_tasks):
+            if gs.stage == "cpu" and is_gpu and (not wanted_tasks or task_id in wanted_tasks):
+                gs.skip_gpu(task_id, points)
             deselected.append(item)
             continue
         gs.points[item.nodeid] = (task_id, points)
@@ -340,7 +349,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             status, message = "passed", ""
         elif report.skipped:
             if is_gpu_test(item) and report.when == "setup":
-                gs.points.pop(item.nodeid)
+                gs.skip_gpu(*gs.points.pop(item.nodeid))
                 reason = str(getattr(call.excinfo.value, "msg", "")) if call.excinfo else ""
                 note = "GPU tests skipped: no CUDA device here" \
                     if not reason or reason.startswith("needs a CUDA GPU") else \

@@ -1,26 +1,108 @@
 """Writers of a :class:`GradeResult` for people: the terminal breakdown and Markdown (job summary,
-Feedback PR, Release notes). Platform formats live in :mod:`msda_labs.classroom.platforms`."""
+Feedback PR, Release notes). Platform formats live in :mod:`msda_labs.classroom.platforms`.
+
+Both read the result cause first (:mod:`.diagnosis`): a line at the top names where each mistake
+starts, in task order; under a task, a failure that names a mistake already named (upstream, or
+by an earlier test of the task) says so in one line instead of repeating it, and the tests of a
+task that all follow from the same cause share that line.
+"""
 
 from __future__ import annotations
 
+from msda_labs.grading.diagnosis import Diagnosis, after_text, diagnose, follows_text
 from msda_labs.grading.results import GradeResult
 
-__all__ = ["render_terminal", "render_markdown"]
+__all__ = ["render_terminal", "render_markdown", "test_lines", "start_here", "gpu_points_line"]
+
+# A shared "follows from" line lists this many test names, then "and N more".
+_NAMES_SHOWN = 3
+
 
 def _status_word(ex) -> str:
     return {"passed": "", "not_attempted": "  not attempted"}.get(ex.status, "")
 
 
-def _test_lines(ex) -> list[str]:
-    """The terminal's lines under an exercise: each test that did not pass, with its feedback
-    (a named mistake when the grader recognised one)."""
+def _names(tests) -> str:
+    names = [t.name for t in tests]
+    shown = ", ".join(names[:_NAMES_SHOWN])
+    return shown + (f" and {len(names) - _NAMES_SHOWN} more" if len(names) > _NAMES_SHOWN else "")
+
+
+def test_lines(ex, diagnosis: Diagnosis | None = None) -> list[str]:
+    """The lines under an exercise: each test that did not pass with its feedback, cause first.
+
+    A failure that names a mistake starting here keeps its whole message; one fully explained by
+    a cause named before it gets one line (shared by the tests of the exercise that follow from
+    the same causes); a failure that names nothing keeps its message, and says which causes
+    upstream may be behind it.
+    """
     if ex.status == "not_attempted":
         return []
-    return [f"{t.status.terminal}: {t.name}: {t.message or t.status}"
-            for t in ex.tests if t.status != "passed"]
+    lines: list[str] = []
+    grouped: dict[str, list] = {}
+    for test in ex.tests:
+        if test.status == "passed":
+            continue
+        finding = diagnosis.of(ex, test) if diagnosis is not None else None
+        if finding is None:
+            lines.append(f"{test.status.terminal}: {test.name}: {test.message or test.status}")
+            continue
+        if finding.explained:
+            text = follows_text(finding)
+            if text not in grouped:
+                grouped[text] = []
+                lines.append(text)  # a placeholder, filled in below
+            grouped[text].append(test)
+            continue
+        message = test.message or str(test.status)
+        if finding.after:
+            message = f"{message}; {after_text(finding.after)}"
+        lines.append(f"{test.status.terminal}: {test.name}: {message}")
+    out = []
+    for line in lines:
+        tests = grouped.get(line)
+        if tests is None:
+            out.append(line)
+            continue
+        statuses = {t.status.terminal for t in tests}
+        status = statuses.pop() if len(statuses) == 1 else "FAILED"
+        if len(tests) == 1:
+            out.append(f"{status}: {tests[0].name}: {line}")
+        else:
+            out.append(f"{status}: {len(tests)} tests ({_names(tests)}): {line}")
+    return out
+
+
+def start_here(diagnosis: Diagnosis) -> list[str]:
+    """The causes, each once, in task order: where to start reading."""
+    if not diagnosis.causes:
+        return []
+    if len(diagnosis.causes) == 1:
+        cause = diagnosis.causes[0]
+        return [f"start here: Task {cause.task} ({cause.exercise}): {cause.says()}"]
+    return ["start here, in this order:"] + [
+        f"  {i}. Task {c.task} ({c.exercise}): {c.says()}"
+        for i, c in enumerate(diagnosis.causes, 1)]
+
+
+def gpu_points_line(result: GradeResult) -> str:
+    """What the GPU stage adds, when this result holds the CPU stages only."""
+    pending = {task: pts for task, pts in (result.gpu_points or {}).items() if pts}
+    if not pending:
+        return ""
+    total = sum(pending.values())
+    per_task = ", ".join(f"Task {task}: {pts}" for task, pts in pending.items())
+    return (f"the GPU stage holds {total} more points ({per_task}), not graded here: earn them "
+            f"with `nox -s {result.lab}-gpu` (a CUDA GPU here, else Modal with your account)")
+
+
+def _row_points(ex, result: GradeResult) -> str:
+    extra = (result.gpu_points or {}).get(ex.id, 0)
+    return f" (+{extra} on the GPU)" if extra else ""
 
 
 def render_terminal(result: GradeResult, width: int = 100) -> str:
+    diagnosis = diagnose(result)
     title = f"{result.lab}  {result.title}".rstrip()
     lines = [f"== {title} " + "=" * max(0, width - len(title) - 4)]
     if result.submission:
@@ -31,12 +113,16 @@ def render_terminal(result: GradeResult, width: int = 100) -> str:
     if modified:
         lines.append(f"WARNING: {len(modified)} grading file(s) differ from the published ones: "
                      + ", ".join(modified[:8]) + (" ..." if len(modified) > 8 else ""))
+    lines += start_here(diagnosis)
     name_w = max([len(ex.name) for ex in result.exercises] + [10])
     for ex in result.exercises:
         lines.append(f"  Task {ex.id:<5} {ex.name:<{name_w}}  {ex.score:>3}/{ex.max_score:<3}"
-                     f"{_status_word(ex)}")
-        lines += [f"      {line}" for line in _test_lines(ex)]
+                     f"{_status_word(ex)}{_row_points(ex, result)}")
+        lines += [f"      {line}" for line in test_lines(ex, diagnosis)]
     lines.append(f"  {'Total':<{name_w + 12}}{result.score:>3}/{result.max_score}")
+    gpu = gpu_points_line(result)
+    if gpu:
+        lines.append(f"  + {gpu}")
     return "\n".join(lines)
 
 
@@ -45,8 +131,10 @@ def _md_escape(text: str) -> str:
 
 
 def render_markdown(result: GradeResult) -> str:
-    """The terminal's report as Markdown: the same rows (task, exercise, points, status) and the
-    same feedback lines under each, named mistakes included, as one table."""
+    """The terminal's report as Markdown: where to start, then the same rows (task, exercise,
+    points, status) and the same feedback lines under each, as one table. Each named mistake is
+    spelled out once; later failures it explains point back to it."""
+    diagnosis = diagnose(result)
     out = [f"## {result.lab} {result.title}: {result.score}/{result.max_score}", ""]
     modified = result.integrity.get("modified") or []
     if modified:
@@ -54,10 +142,17 @@ def render_markdown(result: GradeResult) -> str:
                 f"below is not trustworthy until an instructor regrades.", ""]
     for note in result.notes:
         out.append(f"*{_md_escape(note)}*")
+    causes = start_here(diagnosis)
+    if causes:
+        out += ["", "**" + _md_escape(causes[0]) + "**"] + [_md_escape(c) for c in causes[1:]]
+        out.append("")
     out += ["| Task | Exercise | Points | Status | What went wrong |", "|---|---|---|---|---|"]
     for ex in result.exercises:
-        wrong = "<br>".join(f"`{_md_escape(line)}`" for line in _test_lines(ex))
-        out.append(f"| {ex.id} | `{_md_escape(ex.name)}` | {ex.score}/{ex.max_score} | "
-                   f"{ex.status.replace('_', ' ')} | {wrong} |")
+        wrong = "<br>".join(f"`{_md_escape(line)}`" for line in test_lines(ex, diagnosis))
+        out.append(f"| {ex.id} | `{_md_escape(ex.name)}` | {ex.score}/{ex.max_score}"
+                   f"{_row_points(ex, result)} | {ex.status.replace('_', ' ')} | {wrong} |")
     out.append(f"| | **Total** | **{result.score}/{result.max_score}** | | |")
+    gpu = gpu_points_line(result)
+    if gpu:
+        out += ["", f"*{_md_escape(gpu)}*"]
     return "\n".join(out) + "\n"

@@ -142,6 +142,9 @@ class GradeResult(_Totals):
     # How the submission's code ran: {"separated": True, "uid": ..., "netns": ...} (a uid of its
     # own, msda_labs.grading.sandbox) or {"separated": False, "why": ...}; empty: not recorded.
     separation: dict = field(default_factory=dict)
+    # {task id: points} of the GPU stage's tests when this result holds the CPU stages only: the
+    # points the handout counts that this run could not grade (the reports say how to earn them).
+    gpu_points: dict = field(default_factory=dict)
 
     def _parts(self) -> list[ExerciseResult]:
         return self.exercises
@@ -173,6 +176,8 @@ class GradeResult(_Totals):
         self.notes += [n for n in other.notes if n not in self.notes]
         if other.separation and (not self.separation or not other.separation.get("separated")):
             self.separation = dict(other.separation)  # the stage that ran least separated
+        if "gpu" in other.stages:  # the GPU stage's points are graded now
+            self.gpu_points = {}
         return self
 
     def to_dict(self) -> dict:
@@ -186,6 +191,7 @@ class GradeResult(_Totals):
             "integrity": self.integrity,
             "notes": list(self.notes),
             "separation": dict(self.separation),
+            "gpu_points": dict(self.gpu_points),
             "exercises": [
                 {"id": ex.id, "name": ex.name, "score": ex.score, "max_score": ex.max_score,
                  "tests": [{**asdict(t), "status": t.status.value} for t in ex.tests]}
@@ -199,7 +205,8 @@ class GradeResult(_Totals):
                      stages=list(data.get("stages", [])), submission=data.get("submission", ""),
                      integrity=data.get("integrity") or {"checked": False, "modified": []},
                      notes=list(data.get("notes", [])),
-                     separation=dict(data.get("separation") or {}))
+                     separation=dict(data.get("separation") or {}),
+                     gpu_points={str(k): int(v) for k, v in (data.get("gpu_points") or {}).items()})
         for ex in data["exercises"]:
             result.exercises.append(ExerciseResult(
                 ex["id"], ex["name"], [TestResult(**t) for t in ex["tests"]]))

@@ -26,13 +26,13 @@ import select
 import signal
 import sys
 import time
-import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 from msda_labs.grading import childguard, reach, sandbox, world
 from msda_labs.grading.loader import import_submission
+from msda_labs.student.tracebacks import describe, innermost, student_line
 
 _MAX_PAYLOAD = 1 << 30  # a result larger than 1 GiB is not a plausible answer
 _OUTPUT_TAIL = 4000
@@ -98,8 +98,9 @@ def _chain(exc: BaseException):
 
 
 def _where(exc: BaseException, submission: str) -> str:
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == submission]
-    return f" (line {frames[-1].lineno} of {Path(submission).name})" if frames else ""
+    # Through Triton's interpreter too: the line lives on the exception its InterpreterError wraps.
+    line = student_line(exc, submission)
+    return f" (line {line} of {Path(submission).name})" if line is not None else ""
 
 
 def _failure_payload(exc: BaseException, submission: str) -> dict:
@@ -118,8 +119,10 @@ def _failure_payload(exc: BaseException, submission: str) -> dict:
         first += " [...]"
     if "NotImplementedError" in str(exc):  # e.g. a compiler wrapping a stub's raise
         return {"kind": "not_attempted", "message": first or "not implemented yet"}
-    return {"kind": "error", "type": type(exc).__name__,
-            "message": f"{type(exc).__name__}: {first[:500]}{_where(exc, submission)}"}
+    # The interpreter's InterpreterError('NameError(...)') reads as the NameError it wraps.
+    inner = innermost(exc)
+    return {"kind": "error", "type": type(inner).__name__,
+            "message": f"{describe(exc)[:500]}{_where(exc, submission)}"}
 
 
 def _child(request: dict, write_fd: int, probe, data: bytes | None) -> None:

@@ -36,6 +36,7 @@ import torch
 from msda_labs.student.cases import tolerance
 from msda_labs.student.guards import format_index, is_sentinel, mismatch, scan_guarded
 from msda_labs.student.selfcheck import Case, Launch, Part, steps
+from msda_labs.student.tracebacks import describe
 
 __all__ = ["Case", "Part", "Launch", "Report", "check", "case", "run_lab"]
 
@@ -80,10 +81,22 @@ def _describe(obj) -> str:
 
 
 def _where(exc: BaseException) -> str:
-    """The innermost frame of the traceback outside the kit and Python's own modules."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if "site-packages" not in f.filename and "msda_labs" not in f.filename]
+    """The innermost frame outside the kit and Python's own modules, through the exceptions that
+    Triton's interpreter wraps (the line of a ``@triton.jit`` helper lives on those)."""
+    frames = []
+    for link in _chain(exc):
+        frames = [f for f in traceback.extract_tb(link.__traceback__)
+                  if "site-packages" not in f.filename and "msda_labs" not in f.filename
+                  and not f.filename.startswith("<")] or frames
     return f" (at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno})" if frames else ""
+
+
+def _chain(exc: BaseException):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
 
 
 def _num(x: float) -> str:
@@ -239,9 +252,7 @@ def check(fn, case: Case, *, name: str = "", show: bool = True) -> Report:
             report.lines = [f"{name}: still raises NotImplementedError (Task {task})"]
         else:
             report.status = "crash"
-            message = str(exc).strip().splitlines()[-1:] or [""]
-            report.lines = [f"{name} on {case.what}: CRASH {type(exc).__name__}: "
-                            f"{message[0]:.300}{_where(exc)}"]
+            report.lines = [f"{name} on {case.what}: CRASH {describe(exc):.300}{_where(exc)}"]
         if show:
             print(report)
         return report

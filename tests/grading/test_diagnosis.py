@@ -1,0 +1,99 @@
+"""Cause first: a mistake named in an early task comes first in the report and the annotations,
+the failures it explains downstream point back to it in one line, each mistake is spelled out
+once, an error is placed on the line of the student's file it came from, and a failure that
+names nothing keeps its own message with the upstream cause that may be behind it."""
+
+from __future__ import annotations
+
+from kit import MANIFEST, ROOT, starter_path
+
+from msda_labs.grading.annotations import annotation_lines, definitions
+from msda_labs.grading.diagnosis import diagnose, named_mistakes
+from msda_labs.grading.render import render_markdown, render_terminal
+from msda_labs.grading.results import ExerciseResult, GradeResult
+from msda_labs.grading.results import TestResult as Verdict
+from msda_labs.mistakes.forward import MISTAKES
+
+HALF = MISTAKES["no_half_pixel"]
+
+
+def _wrong(case: str) -> str:
+    return f"msda_forward_kernel on case '{case}': 12 of 18 elements differ; first at [0, 0]: " \
+           f"yours 5.38, reference 4.88; this is exactly the output of {HALF}"
+
+
+def _result() -> GradeResult:
+    """Lab 05 with a missing -0.5 in load_point (Task 5.1): the kernel's tests (5.4) fail with
+    the same named mistake, the fp16 accumulator test (5.6) names nothing, a typo in a helper
+    (5.3) raises at line 150; one task passed, one not attempted."""
+    return GradeResult("lab05", "The forward kernel, correct", exercises=[
+        ExerciseResult("5.1", "load_point", [
+            Verdict("test_load_point_reads_and_shifts[float32]", "failed", 0, 1,
+                    _wrong("point")),
+            Verdict("test_load_point_reads_and_shifts[float16]", "failed", 0, 1,
+                    _wrong("point16")),
+            Verdict("test_load_point_lanes_off_read_nothing", "passed", 1, 1)]),
+        ExerciseResult("5.2", "gather_corner", [Verdict("test_gather", "passed", 2, 2)]),
+        ExerciseResult("5.3", "sample_point", [
+            Verdict("test_sample_point_inside", "error", 0, 1,
+                    "NameError: name 'yy' is not defined (line 150 of lab05.py)")]),
+        ExerciseResult("5.4", "msda_forward_kernel", [
+            Verdict(f"test_kernel_matches_reference[{c}]", "failed", 0, 1, _wrong(c))
+            for c in ("multi_level", "single", "out_of_bounds", "exact_knots")]),
+        ExerciseResult("5.5", "query tiles and masks", [
+            Verdict("test_any_block_q[BLOCK_Q1]", "error", 0, 1,
+                    "NameError: name 'yy' is not defined (line 150 of lab05.py); more advice")]),
+        ExerciseResult("5.6", "fp32 accumulation", [
+            Verdict("test_accumulates_in_fp32", "failed", 0, 3,
+                    "msda_forward_kernel on case 'peaked': 12 of 12 elements differ; first at "
+                    "[0, 0, 0]: yours 57.06, reference 54.28")]),
+        ExerciseResult("5.7", "int64 offsets", [
+            Verdict("test_int64_offsets_past_2_31", "not_attempted", 0, 3, "")]),
+    ])
+
+
+def test_causes_in_task_order_and_what_follows_from_them():
+    diagnosis = diagnose(_result())
+    assert [(c.task, c.short) for c in diagnosis.causes] == [
+        ("5.1", "missing -0.5"),
+        ("5.3", "NameError: name 'yy' is not defined (line 150 of lab05.py)")]
+    kinds = {ex.id: diagnosis.kind(ex) for ex in _result().exercises}
+    assert kinds == {"5.1": "cause", "5.2": "passed", "5.3": "cause", "5.4": "follows",
+                     "5.5": "follows", "5.6": "own", "5.7": "not_attempted"}
+    assert named_mistakes("3 of 8 elements differ (rtol=1e-05)") == []
+
+
+def test_terminal_report_names_each_mistake_once_and_points_back():
+    text = render_terminal(_result())
+    assert text.count(HALF) == 2  # the start line and the first failure, nothing else
+    lines = text.splitlines()
+    assert lines[1] == "start here, in this order:"
+    assert lines[2].startswith("  1. Task 5.1 (load_point): a missing -0.5")
+    assert lines[3].startswith("  2. Task 5.3 (sample_point): NameError: name 'yy'")
+    assert "FAILED: test_load_point_reads_and_shifts[float16]: the same missing -0.5 as above" \
+        in text
+    # the four kernel failures share one line that points back to Task 5.1
+    shared = [x for x in lines if "follows from Task 5.1's missing -0.5" in x]
+    assert len(shared) == 1 and shared[0].strip().startswith("FAILED: 4 tests (")
+    assert "and 1 more): follows from Task 5.1's missing -0.5: fix that first" in shared[0]
+    # the error downstream is the same error (whatever advice a test adds after its line)
+    assert "ERROR: test_any_block_q[BLOCK_Q1]: follows from Task 5.3's NameError" in text
+    # a failure that names nothing keeps its message, and says what may be behind it
+    assert "yours 57.06, reference 54.28; Task 5.1's missing -0.5 and Task 5.3's NameError: " \
+           "name 'yy' is not defined (line 150 of lab05.py) may be behind this" in text
+    markdown = render_markdown(_result())
+    assert markdown.count(HALF) == 2 and "follows from Task 5.1's missing -0.5" in markdown
+
+
+def test_annotations_cause_first_on_the_line_that_raised():
+    lab = MANIFEST.lab("lab05")
+    module = starter_path("lab05")
+    out = annotation_lines(_result(), module, ROOT / lab.folder / "tests", "lab05.py")
+    titles = [line.split("title=Task ", 1)[1].split(" ", 1)[0] for line in out]
+    # the causes (5.1, 5.3), then the failure of its own (5.6), then what follows (5.4, 5.5),
+    # then the notice of the task not attempted
+    assert titles == ["5.1", "5.3", "5.6", "5.4", "5.5", "5.7"]
+    assert f"line={definitions(module)['load_point']}," in out[0]
+    assert ",line=150," in out[1] and ",line=150," in out[4]  # the typo's line, not the def
+    assert out[3].endswith("follows from Task 5.1's missing -0.5: fix that first")
+    assert HALF in out[0] and not any(HALF in line for line in out[1:])
