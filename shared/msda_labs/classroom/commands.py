@@ -8,6 +8,12 @@
     python -m msda_labs regrade PATH [--lab LAB] [--seed-file F] [--json OUT] [--gpu]
     python -m msda_labs regrade FOLDER --gradebook gradebook.csv [--prefix PREFIX]
                          (and insight.html beside it: `insight` below; --no-insight: not)
+    python -m msda_labs regrade CLONES --at-deadline [--github] --json lab05.json
+                         each clone at its commit of record for the lab's due date
+    python -m msda_labs class plan|regrade --org ORG --prefix lab-05- --lab lab05 [--out DIR]
+                         a whole class: list, resolve to commits of record, dispatch or regrade
+    python -m msda_labs gradebook lab*.json --format csv|canvas|moodle --out F [--roster R]
+                         the course gradebook: late policy across labs, LMS import files
     python -m msda_labs report grade.json --format FORMAT [--out FILE] [--github-output KEY]
     python -m msda_labs report --runners ID[,ID]               the grading reporter, in a workflow
     python -m msda_labs insight PATH... --out report.html [--due labNN=YYYY-MM-DD] [--threshold F]
@@ -71,6 +77,10 @@ def _cmd_regrade(ns) -> int:
     options = dict(seed=ns.seed, seed_file=ns.seed_file, gpu=ns.gpu, timeout=ns.timeout)
     pristine = Path(ns.pristine) if ns.pristine else None
     batch = ns.batch or ns.gradebook or not is_checkout(path)
+    if ns.at_deadline:
+        return _regrade_at_deadline(ns, path, pristine, options)
+    if ns.github:
+        raise KitError("--github goes with --at-deadline (server times of each push)")
     try:
         if not batch:
             result = regrade_checkout(path, pristine=pristine, lab_id=ns.lab, **options)
@@ -106,6 +116,164 @@ def _cmd_regrade(ns) -> int:
         raise KitError("the regrade's outputs were altered after the judge wrote them:\n  "
                        + "\n  ".join(problems))
     return 0
+
+
+def _progress(row) -> None:
+    score = f"{row.score}/{row.max}" if row.score != "" else "not graded"
+    print(f"{row.student:<30} {row.lab:<6} {score:>9}  {row.integrity}"
+          + (f"  ({row.note})" if row.note else ""))
+
+
+def _write_rows(pairs, gradebook: Path, json_path: str | None, insight: bool) -> None:
+    from msda_labs.classroom.record import rows_json
+    from msda_labs.classroom.regrade import verify_outputs, write_gradebook
+
+    rows = [row for row, _ in pairs]
+    write_gradebook(rows, gradebook)
+    print(f"gradebook: {gradebook} ({len(rows)} rows)")
+    if insight:
+        from msda_labs.classroom.insight_page import write_beside_gradebook
+
+        print(write_beside_gradebook(rows, gradebook.parent / "insight.html")[1])
+    if json_path:
+        Path(json_path).write_text(json.dumps(rows_json(pairs), indent=2) + "\n")
+    problems = verify_outputs(rows, gradebook, Path(json_path) if json_path else None)
+    if problems:
+        raise KitError("the regrade's outputs were altered after the judge wrote them:\n  "
+                       + "\n  ".join(problems))
+    fallback = [row.student for row, record in pairs
+                if record and not record.get("server_time")]
+    if fallback:
+        print(f"WARNING: {len(fallback)} commit(s) of record chosen by commit dates, which "
+              f"students can set (no server time): {', '.join(fallback[:10])}"
+              + (" ..." if len(fallback) > 10 else ""), file=sys.stderr)
+
+
+def _regrade_at_deadline(ns, path: Path, pristine, options) -> int:
+    from msda_labs.classroom.github import GitHub
+    from msda_labs.classroom.record import regrade_folder_at_deadline
+    from msda_labs.classroom.regrade import RegradeError
+
+    client = GitHub() if ns.github else None
+    try:
+        pairs = regrade_folder_at_deadline(path, lab=ns.lab, prefix=ns.prefix, pristine=pristine,
+                                           client=client, progress=_progress, **options)
+    except RegradeError as exc:
+        raise KitError(str(exc)) from None
+    if not pairs:
+        raise KitError(f"{path} holds no clones")
+    _write_rows(pairs, Path(ns.gradebook or "gradebook.csv"), ns.json, not ns.no_insight)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------- class
+
+def _class_lab(lab_id: str):
+    from msda_labs.course.manifest import find_manifest, load_manifest
+
+    lab = load_manifest(find_manifest()).lab(lab_id)
+    if lab.due is None:
+        raise KitError(f"{lab.id} has no due date in classroom.yml (labs[].due): set one to "
+                       f"pick each student's commit of record")
+    return lab
+
+
+def _cmd_class(ns) -> int:
+    from msda_labs.classroom.github import GitHub
+
+    lab = _class_lab(ns.lab)
+    client = GitHub()
+    if ns.action == "plan":
+        from msda_labs.classroom.classwide import resolve_class, write_plan
+
+        def progress(item):
+            status = item.record.note() if item.record is not None else item.error
+            print(f"{item.repo.full_name:<45} {status}")
+
+        resolved = resolve_class(client, ns.org, ns.prefix, lab.due, lab.cutoff,
+                                 progress=progress)
+        summary = write_plan(resolved, lab.id, Path(ns.out), size=ns.size, gpu=ns.gpu)
+        print(f"{summary['listed']} repositories listed, {summary['planned']} planned in "
+              f"{len(summary['dispatches'])} dispatch(es) of {summary['dispatches']}, "
+              f"{summary['unresolved']} unresolved ({ns.out}/unresolved.csv); "
+              f"{client.calls} API calls. Run: sh {ns.out}/dispatch.sh")
+        return 0
+    from msda_labs.classroom.record import regrade_class
+
+    options = dict(seed=ns.seed, seed_file=ns.seed_file, timeout=ns.timeout)
+    pairs = regrade_class(client, ns.org, ns.prefix, lab.id, progress=_progress, lab_info=lab,
+                          pristine=Path(ns.pristine) if ns.pristine else None, **options)
+    if not pairs:
+        raise KitError(f"no repository of {ns.org} starts with {ns.prefix!r}")
+    _write_rows(pairs, Path(ns.gradebook), ns.json, not ns.no_insight)
+    return 0
+
+
+# ------------------------------------------------------------------------------------- gradebook
+
+def _assignments(items: list[str] | None) -> dict[str, str]:
+    names = {}
+    for item in items or []:
+        lab, sep, name = item.partition("=")
+        if not sep or not lab.strip() or not name.strip():
+            raise KitError(f"--assignment {item!r}: write labNN=NAME, e.g. "
+                           f"lab05=\"Lab 5 (12345)\"")
+        names[lab.strip()] = name.strip()
+    return names
+
+
+def _cmd_gradebook(ns) -> int:
+    from msda_labs.classroom.grades import apply_policy, read_entries
+    from msda_labs.classroom.lms import read_roster, write_lms
+    from msda_labs.course.manifest import find_manifest, load_manifest
+
+    manifest = load_manifest(Path(ns.manifest) if ns.manifest else find_manifest())
+    entries = read_entries([Path(p) for p in ns.inputs])
+    if ns.records:
+        _merge_records(entries, [Path(p) for p in ns.records])
+    order = [lab.id for lab in sorted((lab for lab in manifest.labs if lab.due is not None),
+                                      key=lambda lab: (lab.due, lab.id))]
+    finals = apply_policy(entries, manifest.late_policy, order)
+    roster = read_roster(Path(ns.roster)) if ns.roster else None
+    titles = {lab.id: lab.title for lab in manifest.labs}
+    written, problems = write_lms(finals, ns.format, Path(ns.out), roster=roster,
+                                  prefix=ns.prefix, assignments=_assignments(ns.assignment),
+                                  titles=titles)
+    print(f"late policy: {manifest.late_policy.describe()}")
+    for final in finals:
+        print(f"  {final.entry.student:<28} {final.entry.lab:<6} {final.calculation}")
+    for kind, login, lab, detail in problems:
+        print(f"PROBLEM {kind}: {login}{' ' + lab if lab else ''}: {detail}", file=sys.stderr)
+    for path in written:
+        print(f"wrote {path}")
+    return 1 if problems and ns.strict else 0
+
+
+def _merge_records(entries, paths: list[Path]) -> None:
+    """Commits of record from ``class plan``'s records.json, for the regrade workflow's
+    reports (whose entries carry none)."""
+    from msda_labs.classroom.grades import GradesError
+
+    known = {}
+    for path in paths:
+        try:
+            for item in json.loads(path.read_text()):
+                known[item["student"], item["lab"]] = item["record"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise GradesError(f"{path}: not a records.json of `class plan` ({exc})") from None
+    for entry in entries:
+        record = known.get((entry.student, entry.lab))
+        if record is None or entry.has_record:
+            continue
+        if entry.commit and record.get("sha") and entry.commit != record["sha"]:
+            entry.note = "; ".join(n for n in [entry.note, f"graded {entry.commit[:12]}, not "
+                                               f"the commit of record {record['sha'][:12]}: no "
+                                               f"late days charged"] if n)
+            continue
+        entry.late_days = int(record.get("late_days", 0))
+        entry.received_at = record.get("received_at", "")
+        entry.warning = record.get("warning", "")
+        entry.has_record = True
 
 
 # ---------------------------------------------------------------------------------------- report
@@ -186,6 +354,8 @@ def register(subparsers) -> None:
     _add_report(subparsers, raw)
     _add_insight(subparsers, raw)
     _add_progress(subparsers, raw)
+    _add_class(subparsers, raw)
+    _add_gradebook(subparsers, raw)
 
 
 def _add_export(subparsers, raw) -> None:
@@ -241,7 +411,62 @@ def _add_regrade(subparsers, raw) -> None:
     r.add_argument("--no-insight", action="store_true",
                    help="batch: do not write the class insight page (insight.html) beside the "
                         "gradebook")
+    r.add_argument("--at-deadline", action="store_true",
+                   help="grade each clone's commit of record for the lab's due date "
+                        "(classroom.yml), not its HEAD")
+    r.add_argument("--github", action="store_true",
+                   help="with --at-deadline: when GitHub received each push (its API, token in "
+                        "$GH_TOKEN); without it the commit dates are used, with a warning")
     r.set_defaults(func=_cmd_regrade)
+
+
+def _add_class(subparsers, raw) -> None:
+    c = subparsers.add_parser("class", help="a whole class: list its repositories, resolve "
+                              "commits of record, plan dispatches or regrade",
+                              description=__doc__, formatter_class=raw)
+    c.add_argument("action", choices=("plan", "regrade"))
+    c.add_argument("--org", required=True, help="the GitHub organisation of the class")
+    c.add_argument("--prefix", required=True,
+                   help="the assignment's repository prefix (e.g. lab-05-)")
+    c.add_argument("--lab", required=True, help="the lab (its due date is in classroom.yml)")
+    c.add_argument("--out", default="regrade-plan", metavar="DIR",
+                   help="plan: where the dispatch lists, records.json and dispatch.sh go")
+    c.add_argument("--size", type=int, default=256,
+                   help="plan: submissions per dispatch (at most 256, one matrix)")
+    c.add_argument("--gpu", action="store_true", help="plan: dispatch with the GPU stage")
+    c.add_argument("--gradebook", default="gradebook.csv", metavar="CSV", help="regrade")
+    c.add_argument("--json", metavar="OUT", help="regrade: every result and record")
+    c.add_argument("--no-insight", action="store_true", help="regrade: no insight page")
+    c.add_argument("--pristine", metavar="DIR", help="regrade: the published export")
+    c.add_argument("--seed-file", metavar="PATH", help="regrade: the secret seed")
+    c.add_argument("--seed", type=int, help=argparse.SUPPRESS)
+    c.add_argument("--timeout", type=float, help="regrade: seconds one test's code may run")
+    c.set_defaults(func=_cmd_class)
+
+
+def _add_gradebook(subparsers, raw) -> None:
+    from msda_labs.classroom.lms import FORMATS as LMS_FORMATS
+
+    g = subparsers.add_parser("gradebook", help="the course gradebook: late policy across "
+                              "labs; CSV, Canvas or Moodle import files",
+                              description=__doc__, formatter_class=raw)
+    g.add_argument("inputs", nargs="+", metavar="JSON",
+                   help="regrade --json lists (regrade --at-deadline, class regrade, or the "
+                        "regrade workflow's regrade-*/regrade.json)")
+    g.add_argument("--format", choices=LMS_FORMATS, default="csv")
+    g.add_argument("--out", required=True, metavar="FILE")
+    g.add_argument("--roster", metavar="CSV",
+                   help="github login -> LMS identity (columns: github, name, email, id, "
+                        "sis_user_id, sis_login_id, section, username, idnumber)")
+    g.add_argument("--records", action="append", metavar="JSON",
+                   help="records.json of `class plan` (commits of record of workflow regrades)")
+    g.add_argument("--prefix", help="the assignment prefix to strip from repository names")
+    g.add_argument("--assignment", action="append", metavar="LAB=NAME",
+                   help="the LMS column of a lab (default 'labNN: title'), repeatable")
+    g.add_argument("--manifest", metavar="YML", help="classroom.yml (default: found from here)")
+    g.add_argument("--strict", action="store_true",
+                   help="exit 1 when a student is missing from the roster or has no repository")
+    g.set_defaults(func=_cmd_gradebook)
 
 
 def _add_report(subparsers, raw) -> None:

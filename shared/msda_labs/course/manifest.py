@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
 from importlib import resources
 from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
 from msda_labs.errors import KitError
 
-__all__ = ["ManifestError", "Stage", "Lab", "Manifest", "load_manifest", "find_manifest",
-           "schema"]
+__all__ = ["ManifestError", "Stage", "Lab", "LatePolicy", "Manifest", "load_manifest",
+           "find_manifest", "schema", "parse_due"]
 
 DEFAULT_TIMEOUT = {"cpu": 60, "interpret": 120, "aot": 180, "gpu": 300}
 DEFAULT_GPU = "H100"
@@ -31,12 +33,46 @@ class Stage:
 
 
 @dataclass(frozen=True)
+class LatePolicy:
+    """What a late submission costs (``course.late_policy`` in classroom.yml).
+
+    ``kind``: ``penalty`` (``penalty_per_day`` percent of the lab's points per late day),
+    ``free_days`` (``free_days`` late days per student across the whole course at no cost, then
+    ``penalty_per_day``), or ``none`` (no late work: only what GitHub received by the due date
+    counts).
+    """
+
+    kind: str = "none"
+    penalty_per_day: float = 0.0
+    free_days: int = 0
+
+    def describe(self) -> str:
+        if self.kind == "none":
+            return "no late work: only what GitHub received by the due date is graded"
+        per_day = f"{self.penalty_per_day:g}% of the lab's points per late day"
+        if self.kind == "penalty":
+            return f"late work loses {per_day}"
+        return (f"{self.free_days} free late day(s) across the course; after that, late work "
+                f"loses {per_day}")
+
+
+@dataclass(frozen=True)
 class Lab:
     id: str
     folder: str
     title: str
     status: str
     stages: tuple[Stage, ...]
+    # When the lab is due (timezone-aware), and how many days after it late work is accepted.
+    due: datetime | None = None
+    late_days: int = 0
+
+    @property
+    def cutoff(self) -> datetime | None:
+        """The end of the late window: the last moment a push can count for this lab."""
+        if self.due is None:
+            return None
+        return self.due + timedelta(days=self.late_days)
 
     @property
     def number(self) -> int:
@@ -71,6 +107,8 @@ class Manifest:
     pins: dict[str, str]
     labs: list[Lab] = field(default_factory=list)
     raw: dict = field(default_factory=dict)
+    late_policy: LatePolicy = field(default_factory=LatePolicy)
+    timezone: str = ""
 
     @property
     def root(self) -> Path:
@@ -100,12 +138,29 @@ def _where(error) -> str:
     return "".join(parts) or "(top level)"
 
 
+def _message(error) -> str:
+    """The schema's message, in plain words where the raw one would puzzle (a regex, a "not")."""
+    path = list(error.absolute_path)
+    if error.validator == "pattern" and path[-1:] == ["due"]:
+        return (f"{error.instance!r} is not an ISO 8601 date and time; write it as "
+                f"2026-11-20T23:59:00+01:00 (a date, a time and a UTC offset)")
+    if error.validator == "not" and path[-1:] == ["late_policy"]:
+        return (f"kind {error.instance.get('kind')!r} takes "
+                + ("no free_days or penalty_per_day" if error.instance.get("kind") == "none"
+                   else "no free_days (that is the free_days policy)"))
+    return error.message
+
+
 def _shape_problem(data) -> str | None:
     """The keys the loader reads, checked without jsonschema (which the full check needs)."""
     if not isinstance(data, dict) or not isinstance(data.get("course"), dict):
         return "(top level): needs a 'course' mapping"
     if not isinstance(data.get("labs"), list) or not data["labs"]:
         return "labs: needs a non-empty list"
+    policy = data["course"].get("late_policy")
+    if policy is not None and (not isinstance(policy, dict)
+                               or policy.get("kind") not in ("penalty", "free_days", "none")):
+        return "course.late_policy: needs a kind among penalty, free_days, none"
     for i, lab in enumerate(data["labs"]):
         if not isinstance(lab, dict):
             return f"labs[{i}]: not a mapping"
@@ -116,6 +171,72 @@ def _shape_problem(data) -> str | None:
             if not isinstance(stage, dict) or stage.get("name") not in DEFAULT_TIMEOUT:
                 return f"labs[{i}].stages[{j}]: needs a name among {', '.join(DEFAULT_TIMEOUT)}"
     return None
+
+
+def parse_due(text, timezone: str = "") -> datetime:
+    """A lab's due date, timezone-aware: ISO 8601 with a time and an offset
+    (``2026-11-20T23:59:00+01:00``, ``...Z``), or without an offset when ``timezone`` (an IANA
+    name, ``course.timezone``) says where. Raises ValueError with what to write instead."""
+    if isinstance(text, datetime):
+        text = text.isoformat()
+    elif isinstance(text, date):
+        text = text.isoformat()
+    text = str(text).strip()
+    example = "write it as 2026-11-20T23:59:00+01:00 (a date, a time and a UTC offset)"
+    if len(text) <= 10:
+        raise ValueError(f"{text!r} has no time of day; {example}")
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not an ISO 8601 date and time; {example}") from None
+    if when.tzinfo is None:
+        if not timezone:
+            raise ValueError(f"{text!r} has no timezone; {example}, or set course.timezone "
+                             f"(e.g. Europe/Berlin) to say where the due dates are")
+        when = when.replace(tzinfo=ZoneInfo(timezone))
+    return when
+
+
+def _deadlines(path: Path, data: dict) -> tuple[LatePolicy, str, dict[str, datetime]]:
+    """The late policy, the timezone and each lab's due date, checked beyond the schema: a
+    timezone that exists, due dates with a timezone, a late window only with a due date and a
+    policy that accepts late work."""
+    course = data["course"]
+    timezone = course.get("timezone", "")
+    if timezone:
+        try:
+            ZoneInfo(timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ManifestError(f"{path}: course.timezone {timezone!r} is not an IANA timezone "
+                                f"name (e.g. Europe/Berlin, America/New_York, UTC)") from None
+    raw = course.get("late_policy") or {"kind": "none"}
+    policy = LatePolicy(kind=raw["kind"], penalty_per_day=float(raw.get("penalty_per_day", 0)),
+                        free_days=int(raw.get("free_days", 0)))
+    due = {}
+    for i, entry in enumerate(data["labs"]):
+        where = f"labs[{i}] ({entry['id']})"
+        if "due" in entry:
+            try:
+                due[entry["id"]] = parse_due(entry["due"], timezone)
+            except ValueError as exc:
+                raise ManifestError(f"{path}: {where}.due: {exc}") from None
+        if entry.get("late_days") and "due" not in entry:
+            raise ManifestError(f"{path}: {where}.late_days: a late window needs a due date "
+                                f"(add due: 2026-11-20T23:59:00+01:00)")
+        if entry.get("late_days") and policy.kind == "none":
+            raise ManifestError(f"{path}: {where}.late_days: course.late_policy is 'none' (no "
+                                f"late work), so a late window would never count; remove it or "
+                                f"choose the penalty or free_days policy")
+    return policy, timezone, due
+
+
+def _plain_dates(data) -> None:
+    """YAML reads an unquoted ``2026-11-20T23:59:00+01:00`` as a datetime: back to its text, so
+    that the schema sees what was written."""
+    if isinstance(data, dict) and isinstance(data.get("labs"), list):
+        for entry in data["labs"]:
+            if isinstance(entry, dict) and isinstance(entry.get("due"), (date, datetime)):
+                entry["due"] = entry["due"].isoformat()
 
 
 def load_manifest(path: Path | str) -> Manifest:
@@ -132,6 +253,7 @@ def load_manifest(path: Path | str) -> Manifest:
         raise ManifestError(f"{path} does not exist") from None
     except yaml.YAMLError as exc:
         raise ManifestError(f"{path} is not valid YAML: {exc}") from None
+    _plain_dates(data)
     if jsonschema is None:
         problem = _shape_problem(data)
         if problem:
@@ -141,8 +263,9 @@ def load_manifest(path: Path | str) -> Manifest:
         validator = jsonschema.Draft202012Validator(schema())
         errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
-        lines = [f"  {_where(e)}: {e.message}" for e in errors[:10]]
+        lines = [f"  {_where(e)}: {_message(e)}" for e in errors[:10]]
         raise ManifestError(f"{path} does not match its schema:\n" + "\n".join(lines))
+    late_policy, timezone, due = _deadlines(path, data)
     course = data["course"]
     default_gpu = course.get("gpu", DEFAULT_GPU)
     labs = []
@@ -159,10 +282,11 @@ def load_manifest(path: Path | str) -> Manifest:
                   gpu=s.get("gpu", default_gpu) if s["name"] == "gpu" else None,
                   job_timeout_s=s.get("job_timeout_s", 1800))
             for s in entry["stages"])
-        labs.append(Lab(entry["id"], entry["folder"], entry["title"], entry["status"], stages))
+        labs.append(Lab(entry["id"], entry["folder"], entry["title"], entry["status"], stages,
+                        due=due.get(entry["id"]), late_days=int(entry.get("late_days", 0))))
     return Manifest(path=path.resolve(), name=course["name"], title=course["title"],
                     python=course.get("python", "3.11"), pins=dict(course.get("pins", {})),
-                    labs=labs, raw=data)
+                    labs=labs, raw=data, late_policy=late_policy, timezone=timezone)
 
 
 def find_manifest(start: Path | None = None) -> Path:

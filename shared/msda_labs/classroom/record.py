@@ -1,0 +1,138 @@
+"""Regrade at the deadline: each student's commit of record, graded with pristine files.
+
+    python -m msda_labs regrade CLONES/ --at-deadline [--lab LAB] [--github] --json OUT
+    python -m msda_labs class regrade --org ORG --prefix lab-05- --lab lab05 --json OUT
+
+A folder of clones: each clone's commit of record (:mod:`msda_labs.classroom.deadline`, from
+GitHub's server times with ``--github``, else from the commit dates with a warning) is read
+from the clone's object store into a scratch folder and regraded there
+(:func:`msda_labs.classroom.regrade.regrade_checkout`); the clone is never written to. A whole
+class: the organisation's repositories of the assignment are listed through GitHub's API, each
+resolved to its commit of record, and its ``labNN.py`` at that commit fetched through the API
+(no clone), then regraded the same way.
+
+Each gradebook row's commit is the commit of record and its note says when GitHub received it
+and how late it was; the ``--json`` entries carry the full record (``record``), which the
+course gradebook (:mod:`msda_labs.classroom.grades`) turns into late-day charges.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from msda_labs.classroom import deadline
+from msda_labs.classroom.regrade import GradebookRow, _kit_pristine, detect_lab, regrade_checkout
+from msda_labs.errors import KitError
+from msda_labs.grading import integrity
+
+__all__ = ["regrade_folder_at_deadline", "regrade_class", "rows_json"]
+
+
+def _lab(lab_id: str):
+    from msda_labs.course.manifest import find_manifest, load_manifest
+
+    return load_manifest(find_manifest()).lab(lab_id)
+
+
+def _graded_row(student: str, lab_id: str, record: deadline.CommitOfRecord, folder: Path,
+                pristine: Path, options: dict) -> GradebookRow:
+    result = regrade_checkout(folder, pristine=pristine, lab_id=lab_id, **options)
+    result.notes.insert(0, record.note())
+    return GradebookRow(student, lab_id, result.score, result.max_score,
+                        integrity.summary(result.integrity), record.sha, record.note(),
+                        result=result).seal()
+
+
+def _failed_row(student: str, lab_id: str, commit: str, why: str) -> GradebookRow:
+    return GradebookRow(student, lab_id, "", "", "not graded", commit, why).seal()
+
+
+def regrade_folder_at_deadline(folder: Path, *, lab: str | None = None, prefix: str | None = None,
+                               pristine: Path | None = None, client=None, progress=None,
+                               lab_info=None, **options) -> list[tuple[GradebookRow, dict]]:
+    """Regrade every clone of ``folder`` (or ``folder`` itself, one clone) at its commit of
+    record for the lab's due date (``classroom.yml``). Returns ``(row, record dict)`` pairs; a
+    clone that cannot be resolved or graded gets a row with an empty score and the reason."""
+    from msda_labs.classroom.regrade import _student, is_checkout
+
+    folder = Path(folder)
+    clones = [folder] if (folder / ".git").exists() or is_checkout(folder) else sorted(
+        p for p in folder.iterdir()
+        if p.is_dir() and not p.is_symlink() and not p.name.startswith("."))
+    out = []
+    with tempfile.TemporaryDirectory(prefix="msda-deadline-") as tmp:
+        cache: dict[str, Path] = {}
+        for clone in clones:
+            student = _student(clone.name, prefix)
+            record = None
+            try:
+                lab_id = detect_lab(clone, lab)
+                info = lab_info or _lab(lab_id)
+                if info.due is None:
+                    raise KitError(f"{lab_id} has no due date in classroom.yml (labs[].due): "
+                                   f"there is no deadline to regrade at")
+                record = deadline.local_record(clone, info.due, info.cutoff, client=client)
+                if not record.found:
+                    row = _failed_row(student, lab_id, "", record.note())
+                else:
+                    tree = deadline.materialise(clone, record.sha, Path(tmp) / "trees" /
+                                                clone.name)
+                    source = pristine
+                    if source is None:
+                        if lab_id not in cache:
+                            cache[lab_id] = _kit_pristine(lab_id, Path(tmp) / "pristine" / lab_id)
+                        source = cache[lab_id]
+                    row = _graded_row(student, lab_id, record, tree, source, options)
+            except (KitError, ValueError, OSError) as exc:
+                row = _failed_row(student, lab or "", record.sha if record else "", str(exc))
+            except Exception as exc:  # noqa: BLE001 - one clone never stops the class
+                row = _failed_row(student, lab or "", record.sha if record else "",
+                                  f"the regrade failed on this clone ({type(exc).__name__}: "
+                                  f"{str(exc)[:300]})")
+            out.append((row, record.to_dict() if record else None))
+            if progress is not None:
+                progress(row)
+    return out
+
+
+def regrade_class(client, org: str, prefix: str, lab_id: str, *, pristine: Path | None = None,
+                  progress=None, lab_info=None, **options) -> list[tuple[GradebookRow, dict]]:
+    """List the assignment's repositories, resolve each to its commit of record from GitHub's
+    server times, fetch its ``labNN.py`` at that commit (no clone) and regrade it."""
+    from msda_labs.classroom.github import file_at, list_class_repos
+
+    info = lab_info or _lab(lab_id)
+    if info.due is None:
+        raise KitError(f"{lab_id} has no due date in classroom.yml (labs[].due)")
+    out = []
+    with tempfile.TemporaryDirectory(prefix="msda-class-") as tmp:
+        source = pristine or _kit_pristine(lab_id, Path(tmp) / "pristine")
+        for repo in list_class_repos(client, org, prefix):
+            record = None
+            try:
+                record = deadline.server_record(client, repo.owner, repo.name,
+                                                repo.default_branch, info.due, info.cutoff)
+                if not record.found:
+                    row = _failed_row(repo.student, lab_id, "", record.note())
+                else:
+                    data = file_at(client, repo.owner, repo.name, f"{lab_id}.py", record.sha)
+                    folder = Path(tmp) / "submissions" / repo.name
+                    folder.mkdir(parents=True)
+                    if data is not None:
+                        (folder / f"{lab_id}.py").write_bytes(data)
+                    row = _graded_row(repo.student, lab_id, record, folder, source, options)
+            except (KitError, ValueError, OSError) as exc:
+                row = _failed_row(repo.student, lab_id, record.sha if record else "", str(exc))
+            out.append((row, record.to_dict() if record else None))
+            if progress is not None:
+                progress(row)
+    return out
+
+
+def rows_json(pairs: list[tuple[GradebookRow, dict]]) -> list[dict]:
+    """The ``--json`` list of :func:`msda_labs.classroom.regrade.rows_json`, with each entry's
+    commit of record (``record``)."""
+    return [{"student": r.student, "lab": r.lab, "commit": r.commit, "note": r.note,
+             "result": r.result.to_dict() if r.result else None, "record": record}
+            for r, record in pairs]
