@@ -147,9 +147,29 @@ def platform_note(lab: Lab) -> str:
         "The CPU stage runs your kernels in Triton's interpreter: no GPU needed." + gpu)
 
 
+def due_note(manifest: Manifest, lab: Lab) -> str:
+    """The README's paragraph on the lab's due date, late window and late policy ("" without a
+    due date)."""
+    if lab.due is None:
+        return ""
+    when = lab.due.isoformat(sep=" ", timespec="minutes")
+    text = f"**Due: {when}** (date, time and UTC offset)."
+    if lab.late_days:
+        text += (f" Late work is accepted until {lab.cutoff.isoformat(sep=' ', timespec='minutes')}"
+                 f" ({lab.late_days} day(s) after).")
+    text += (f" Late policy: {manifest.late_policy.describe()}. What counts is the last commit "
+             f"GitHub *received* (your push) by then, on the default branch: the time of the "
+             f"push, never the date inside a commit.")
+    return text + "\n\n"
+
+
 def _readme(handout: str, manifest: Manifest, lab: Lab) -> str:
     start = workflows.fill(workflows.template("readme-start.md"), LAB=lab.id,
                            COURSE_TITLE=manifest.title, PLATFORM=platform_note(lab))
+    due = due_note(manifest, lab)
+    if due:
+        heading, _, rest = start.partition("\n\n")
+        start = f"{heading}\n\n{due}{rest}"
     # After the handout's first part (title, goal, what you will learn), before its second.
     match = re.search(r"^## ", handout, flags=re.M)
     if match is None:

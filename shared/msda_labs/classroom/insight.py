@@ -142,6 +142,18 @@ def collect(paths: list[Path | str]) -> list[Graded]:
     return sorted(found.values(), key=lambda g: (g.lab, g.student))
 
 
+def manifest_due() -> dict[str, date]:
+    """Each lab's due day from classroom.yml (``labs[].due``, in its own timezone); {} when there
+    is no manifest here."""
+    from msda_labs.course.manifest import find_manifest, load_manifest
+
+    try:
+        manifest = load_manifest(find_manifest())
+    except KitError:
+        return {}
+    return {lab.id: lab.due.date() for lab in manifest.labs if lab.due is not None}
+
+
 def parse_due(items: list[str] | None) -> dict[str, date]:
     """``["lab05=2026-11-20", ...]`` as ``{"lab05": date(2026, 11, 20)}``."""
     due = {}
@@ -212,7 +224,7 @@ def build_insight(graded: list[Graded], *, due: dict[str, date] | None = None,
     Args:
         graded: the class's results (:func:`collect`).
         due: labs due by a date; a student with no attempt at a lab due on or before ``today``
-            is stuck.
+            is stuck. None: the due dates of classroom.yml (:func:`manifest_due`).
         threshold: a student below this share of a lab's points is stuck too (0..1).
         today: the day the report is about (default: today).
         handouts: a base URL of the lab folders, for the hint links (default: the kit's
@@ -221,7 +233,7 @@ def build_insight(graded: list[Graded], *, due: dict[str, date] | None = None,
     """
     if not 0 <= threshold <= 1:
         raise InsightError(f"--threshold {threshold}: give a share of the points between 0 and 1")
-    due = due or {}
+    due = manifest_due() if due is None else due
     today = today or date.today()
     catalogue = _catalogue_sentences()
     by_lab: dict[str, list[Graded]] = {}
