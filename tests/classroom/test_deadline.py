@@ -373,3 +373,164 @@ def test_lms_formats_need_a_roster_and_a_roster_needs_logins(course, tmp_path):
     bad = _write(tmp_path, "bad.csv", "login,email\nada,a@x\n")
     assert main(["gradebook", str(inputs[0]), "--format", "moodle", "--roster", str(bad),
                  "--manifest", str(manifest), "--out", out]) != 0
+
+
+# ------------------------------------------------------------------------ a class of 1,000
+
+@pytest.fixture(scope="module")
+def thousand():
+    """1,000 students' repositories of lab05 in 11 pages of the organisation's list (with the
+    template and another assignment's repositories among them), each with its pushes: every
+    tenth student last pushed inside the late window, student 999 never pushed on time."""
+    fake = FakeGitHub()
+    fake.add_repo("lab-05-forward-correct", is_template=True)
+    for i in range(1000):
+        name = f"lab-05-s{i:04d}"
+        fake.add_repo(name)
+        full = f"course/{name}"
+        early, late = f"{i:04d}".ljust(40, "a"), f"{i:04d}".ljust(40, "b")
+        if i == 999:
+            fake.add_run(full, late, "2026-12-01T10:00:00Z")  # after the window
+            continue
+        fake.add_run(full, early, "2026-11-19T10:00:00Z")
+        if i % 10 == 0:
+            fake.add_push(full, late, "2026-11-21T10:00:00Z", before=early)
+    for i in range(30):
+        fake.add_repo(f"lab-06-s{i:04d}")
+    return fake
+
+
+def test_a_class_of_1000_is_planned_in_dispatches_of_at_most_256(thousand, tmp_path, kit_root,
+                                                                  monkeypatch, capsys):
+    from msda_labs.classroom import dispatch, github
+
+    import yaml
+
+    data = yaml.safe_load((kit_root / "classroom.yml").read_text())
+    data["course"]["late_policy"] = {"kind": "penalty", "penalty_per_day": 10}
+    for entry in data["labs"]:
+        if entry["id"] == "lab05":
+            entry.update(due="2026-11-20T23:59:00+01:00", late_days=3)
+    (tmp_path / "course").mkdir()
+    (tmp_path / "course" / "classroom.yml").write_text(yaml.safe_dump(data))
+    monkeypatch.chdir(tmp_path / "course")  # find_manifest() reads this classroom.yml
+    monkeypatch.setattr(github, "urllib_transport", thousand.transport)
+    monkeypatch.setenv("GH_TOKEN", "t")
+    out = tmp_path / "plan"
+    assert main(["class", "plan", "--org", "course", "--prefix", "lab-05-", "--lab", "lab05",
+                 "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "1000 repositories listed, 999 planned in 4 dispatch(es) of [256, 256, 256, 231], " \
+           "1 unresolved" in printed
+    planned = []
+    for number in range(1, 5):
+        text = (out / f"dispatch-{number:02d}.txt").read_text()
+        matrix = dispatch.plan("lab05", text, check_manifest=False)  # the workflow's own check
+        assert len(matrix["include"]) <= dispatch.MAX_SUBMISSIONS
+        planned += [item["label"] for item in matrix["include"]]
+    assert len(planned) == len(set(planned)) == 999
+    expected = {f"course/lab-05-s{i:04d}@" + f"{i:04d}".ljust(40, "b" if i % 10 == 0 else "a")
+                for i in range(999)}
+    assert set(planned) == expected
+    records = {r["repository"]: r["record"] for r in json.loads((out / "records.json").read_text())}
+    assert records["course/lab-05-s0010"]["late_days"] == 1
+    assert records["course/lab-05-s0011"]["late_days"] == 0
+    unresolved = _rows(out / "unresolved.csv")
+    assert unresolved[1][:2] == ["course/lab-05-s0999", "s0999"]
+    assert "nothing received by" in unresolved[1][2]
+    script = (out / "dispatch.sh").read_text()
+    assert script.count("gh workflow run regrade.yml -f lab=lab05 -f gpu=false") == 4
+    # 11 pages of repositories, then two lists (runs, events) per student's repository
+    assert len(thousand.requests) == 11 + 2 * 1000
+
+
+# ------------------------------------------------------------------ the manifest's due dates
+
+def _manifest_with(tmp_path, kit_root, course=None, lab05=None) -> Path:
+    import yaml
+
+    data = yaml.safe_load((kit_root / "classroom.yml").read_text())
+    data["course"].update(course or {})
+    for entry in data["labs"]:
+        if entry["id"] == "lab05":
+            entry.update(lab05 or {})
+    path = tmp_path / "course" / "classroom.yml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize("course, lab05, message", [
+    ({}, {"due": "2026-11-20T23:59:00"}, "has no timezone"),
+    ({}, {"due": "2026-11-20"}, "has no time of day"),
+    ({}, {"due": "next friday"}, "'next friday' is not an ISO 8601 date and time"),
+    ({"timezone": "Mars/Olympus"}, {"due": "2026-11-20T23:59"}, "not an IANA timezone"),
+    ({}, {"late_days": 2}, "a late window needs a due date"),
+    ({}, {"due": "2026-11-20T23:59Z", "late_days": 2}, "course.late_policy is 'none'"),
+    ({"late_policy": {"kind": "penalty"}}, {}, "'penalty_per_day' is a required property"),
+    ({"late_policy": {"kind": "free_days", "penalty_per_day": 5}}, {},
+     "'free_days' is a required property"),
+    ({"late_policy": {"kind": "none", "free_days": 2}}, {}, "kind 'none' takes no free_days"),
+    ({"late_policy": {"kind": "penalty", "penalty_per_day": 150}}, {}, "150 is greater than"),
+    ({}, {"late_days": -1, "due": "2026-11-20T23:59Z"}, "-1 is less than the minimum"),
+])
+def test_due_dates_and_policies_are_validated_with_clear_errors(tmp_path, kit_root, course,
+                                                                 lab05, message):
+    from msda_labs.course.manifest import ManifestError, load_manifest
+
+    path = _manifest_with(tmp_path, kit_root, course, lab05)
+    with pytest.raises(ManifestError) as info:
+        load_manifest(path)
+    assert message in str(info.value)
+
+
+def test_due_dates_are_read_exported_and_used_by_the_insight_page(tmp_path, kit_root,
+                                                                  monkeypatch):
+    from datetime import date
+
+    from msda_labs.classroom import insight
+    from msda_labs.classroom.export import export_lab
+    from msda_labs.course.manifest import load_manifest
+
+    path = _manifest_with(tmp_path, kit_root,
+                          {"timezone": "Europe/Berlin",
+                           "late_policy": {"kind": "free_days", "free_days": 3,
+                                           "penalty_per_day": 10}},
+                          # unquoted in YAML, a timestamp: read back as the text written
+                          {"due": datetime.fromisoformat("2026-11-20T23:59:00+01:00"),
+                           "late_days": 2})
+    manifest = load_manifest(path)
+    lab = manifest.lab("lab05")
+    assert lab.due.isoformat() == "2026-11-20T23:59:00+01:00" and lab.late_days == 2
+    assert lab.cutoff.isoformat() == "2026-11-22T23:59:00+01:00"
+    assert manifest.lab("lab01").due is None
+    # A due date without an offset is in course.timezone (CET in November, CEST in June).
+    path = _manifest_with(tmp_path, kit_root, {"timezone": "Europe/Berlin"},
+                          {"due": "2026-06-20T23:59"})
+    assert load_manifest(path).lab("lab05").due.utcoffset().total_seconds() == 7200
+
+    path = _manifest_with(tmp_path, kit_root,
+                          {"late_policy": {"kind": "penalty", "penalty_per_day": 10}},
+                          {"due": "2026-11-20T23:59:00+01:00", "late_days": 2})
+    manifest = load_manifest(path)
+    (tmp_path / "course" / "shared").symlink_to(kit_root / "shared")
+    (tmp_path / "course" / "requirements.txt").symlink_to(kit_root / "requirements.txt")
+    (tmp_path / "course" / "lab-05-forward-correct").symlink_to(
+        kit_root / "lab-05-forward-correct")
+    export = export_lab(manifest, manifest.lab("lab05"), tmp_path / "out")
+    readme = (export / "README.md").read_text()
+    assert "**Due: 2026-11-20 23:59+01:00**" in readme
+    assert "accepted until 2026-11-22 23:59+01:00 (2 day(s) after)" in readme
+    assert "late work loses 10% of the lab's points per late day" in readme
+    assert "due: '2026-11-20T23:59:00+01:00'" in (export / "classroom.yml").read_text()
+
+    monkeypatch.chdir(tmp_path / "course")
+    assert insight.manifest_due() == {"lab05": date(2026, 11, 20)}
+    result = GradeResult("lab01", stages=["cpu"])
+    result.exercises = [ExerciseResult("1.1", "t", [Verdict("test_t", "passed", 1, 1, "")])]
+    data = insight.build_insight([insight.Graded("ada", "lab01", result, "")],
+                                 today=date(2026, 11, 21))
+    assert data["stuck"] == [{"student": "ada",
+                              "reasons": ["lab05 not attempted (due 2026-11-20)"]}]
+    assert insight.build_insight([insight.Graded("ada", "lab01", result, "")], due={},
+                                 today=date(2026, 11, 21))["stuck"] == []
