@@ -172,6 +172,18 @@ def test_server_times_pick_the_commit_and_the_forged_dates_are_ignored(klass, ex
     assert row.commit == shas["linus1"] and record["sources"] == ["push event"]
     assert record["late_days"] == 0 and not record["warning"]
 
+    # A head GitHub never listed (expired events, deleted runs) is not considered, and said so.
+    linus = root / "lab-00-linus"
+    unseen = _commit(linus, BROKEN, "2026-11-19T12:00:00+00:00", "never seen")
+    try:
+        (row, record), = regrade_folder_at_deadline(linus, lab=LAB, prefix="lab-00-",
+                                                    pristine=exports[LAB], client=client,
+                                                    lab_info=_lab())
+    finally:
+        subprocess.run(["git", "reset", "-q", "--hard", shas["linus1"]], cwd=linus, check=True)
+    assert row.commit == shas["linus1"] and f"({unseen[:12]}) appears in no push event" in \
+        record["warning"] and "WARNING" in row.note
+
     # Without a late window (cutoff = due), ada's commit of record is the starter.
     pairs = regrade_folder_at_deadline(root / "lab-00-ada", lab=LAB, prefix="lab-00-",
                                        pristine=exports[LAB], client=client,
@@ -534,3 +546,23 @@ def test_due_dates_are_read_exported_and_used_by_the_insight_page(tmp_path, kit_
                               "reasons": ["lab05 not attempted (due 2026-11-20)"]}]
     assert insight.build_insight([insight.Graded("ada", "lab01", result, "")], due={},
                                  today=date(2026, 11, 21))["stuck"] == []
+
+
+def test_the_commit_is_read_from_the_object_store_without_attributes_or_links(tmp_path):
+    repo = _clone(tmp_path, "eve")
+    (repo / ".gitattributes").write_text(f"{LAB}.py export-ignore\n*.py filter=nope\n")
+    (repo / "tests").mkdir()
+    (repo / "tests" / "run.sh").write_text("#!/bin/sh\n")
+    (repo / "tests" / "run.sh").chmod(0o755)
+    (repo / "link.py").symlink_to("/etc/passwd")
+    (repo / "big.bin").write_bytes(b"x" * 4096)
+    sha = _commit(repo, CHIP, "2026-11-01T10:00:00+00:00", "tree")
+    before = sorted(p.name for p in (repo / ".git").iterdir())
+    tree = deadline.materialise(repo, sha, tmp_path / "tree", limit=1024)
+    assert (tree / f"{LAB}.py").read_bytes() == CHIP  # export-ignore does not apply
+    assert os.access(tree / "tests" / "run.sh", os.X_OK)
+    assert not (tree / "link.py").exists() and not (tree / "link.py").is_symlink()
+    assert not (tree / "big.bin").exists()  # over the limit
+    assert sorted(p.name for p in (repo / ".git").iterdir()) == before
+    with pytest.raises(deadline.DeadlineError):
+        deadline.materialise(repo, "f" * 40, tmp_path / "nothing")

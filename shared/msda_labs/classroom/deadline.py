@@ -170,8 +170,10 @@ def commit_of_record(sightings: list[Sighting], due: datetime | None,
 
 
 def server_record(client, owner: str, repo: str, branch: str, due: datetime | None,
-                  cutoff: datetime | None) -> CommitOfRecord:
-    """The commit of record from GitHub's server times (workflow runs and push events)."""
+                  cutoff: datetime | None, *, head: str | None = None) -> CommitOfRecord:
+    """The commit of record from GitHub's server times (workflow runs and push events).
+    ``head``: the branch's head in a clone; when GitHub's lists never show it, the record
+    warns (push events are kept 90 days; runs can be deleted)."""
     from msda_labs.classroom.github import push_events, workflow_runs
 
     sightings = from_runs(workflow_runs(client, owner, repo, branch), branch)
@@ -180,6 +182,10 @@ def server_record(client, owner: str, repo: str, branch: str, due: datetime | No
     if not sightings:
         record.warning = (f"GitHub lists no push event and no workflow run of {branch}: "
                           f"nothing can be shown to have been received")
+    elif head and head not in {s.sha for s in sightings}:
+        record.warning = (f"the clone's {branch} ({head[:12]}) appears in no push event or "
+                          f"workflow run GitHub lists (events are kept 90 days): when it was "
+                          f"received is unknown, so it was not considered")
     return record
 
 
@@ -209,7 +215,8 @@ def local_record(checkout: Path, due: datetime | None, cutoff: datetime | None, 
     remote = github_remote(checkout) if client is not None else None
     if remote is not None:
         branch = branch or _git(checkout, "rev-parse", "--abbrev-ref", "HEAD").strip()
-        record = server_record(client, *remote, branch, due, cutoff)
+        head = _git(checkout, "rev-parse", "HEAD").strip()
+        record = server_record(client, *remote, branch, due, cutoff, head=head)
         if record.found and subprocess.run(
                 ["git", "-C", str(checkout), "cat-file", "-e", f"{record.sha}^{{commit}}"],
                 capture_output=True).returncode != 0:
@@ -223,20 +230,48 @@ def local_record(checkout: Path, due: datetime | None, cutoff: datetime | None, 
     return record
 
 
-def materialise(checkout: Path, sha: str, dest: Path) -> Path:
-    """The tree of commit ``sha`` written to ``dest`` (a new folder), read from the clone's
-    object store: the clone itself is not written to (no checkout, no worktree, no index).
-    Links and special files are not written; files that are not regular are left out."""
-    import io
-    import tarfile
-
-    proc = subprocess.run(["git", "-C", str(checkout), "archive", "--format=tar", sha],
-                          capture_output=True)
-    if proc.returncode != 0:
+def materialise(checkout: Path, sha: str, dest: Path, *, limit: int = 64 << 20) -> Path:
+    """The files of commit ``sha`` written to ``dest`` (a new folder), read from the clone's
+    object store: the clone itself is not written to (no checkout, no worktree, no index), and
+    none of its attributes or filters apply. Only regular files are written (links and
+    submodules are left out, as are files over ``limit`` bytes and paths that would leave
+    ``dest``)."""
+    listing = subprocess.run(["git", "-C", str(checkout), "ls-tree", "-r", "-z", "--full-tree",
+                              f"{sha}^{{commit}}"], capture_output=True)
+    if listing.returncode != 0:
         raise DeadlineError(f"cannot read commit {sha[:12]} of {checkout}: "
-                            f"{proc.stderr.decode(errors='replace').strip()[:300]}")
+                            f"{listing.stderr.decode(errors='replace').strip()[:300]}")
+    files = []
+    for item in listing.stdout.split(b"\0"):
+        if not item:
+            continue
+        meta, _, raw_path = item.partition(b"\t")
+        mode, kind, blob = meta.split()
+        path = raw_path.decode("utf-8", errors="surrogateescape")
+        parts = path.split("/")
+        if kind != b"blob" or mode not in (b"100644", b"100755") or path.startswith("/") \
+                or any(p in ("", ".", "..", ".git") for p in parts):
+            continue
+        files.append((blob.decode(), path, mode == b"100755"))
     dest.mkdir(parents=True)
-    with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
-        members = [m for m in tar.getmembers() if m.isfile() or m.isdir()]
-        tar.extractall(dest, members=members, filter="data")
+    with subprocess.Popen(["git", "-C", str(checkout), "cat-file", "--batch"],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE) as proc:
+        for blob, path, executable in files:
+            proc.stdin.write(blob.encode() + b"\n")
+            proc.stdin.flush()
+            header = proc.stdout.readline().split()
+            size = int(header[2])
+            if size > limit:
+                while size > 0:  # read past it, a MiB at a time
+                    size -= len(proc.stdout.read(min(size, 1 << 20)))
+                proc.stdout.read(1)
+                continue
+            data = proc.stdout.read(size)
+            proc.stdout.read(1)  # the newline after each object
+            target = dest.joinpath(*path.split("/"))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            if executable:
+                target.chmod(0o755)
+        proc.stdin.close()
     return dest
