@@ -566,3 +566,36 @@ def test_the_commit_is_read_from_the_object_store_without_attributes_or_links(tm
     assert sorted(p.name for p in (repo / ".git").iterdir()) == before
     with pytest.raises(deadline.DeadlineError):
         deadline.materialise(repo, "f" * 40, tmp_path / "nothing")
+
+
+def test_workflow_reports_take_their_late_days_from_the_plan_records(course, tmp_path):
+    manifest, _, roster = course
+    sha, other = "d" * 40, "e" * 40
+
+    def report(folder, commit):  # a regrade job's regrade-<folder>/regrade.json: no record
+        path = tmp_path / f"regrade-{folder}" / "regrade.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps([{"student": folder, "lab": "lab05", "commit": commit,
+                                     "note": "", "result": {"lab": "lab05", "score": 40,
+                                                            "max_score": 40}}]))
+        return str(path)
+
+    inputs = [report("course--lab-05-ada", sha), report("course--lab-05-grace", other)]
+    records = tmp_path / "records.json"
+    records.write_text(json.dumps([
+        {"student": f"course--lab-05-{name}", "lab": "lab05", "repository": "r",
+         "record": {"sha": sha, "late_days": 2, "server_time": True,
+                    "received_at": "2026-11-22T10:00:00+00:00", "warning": ""}}
+        for name in ("ada", "grace")]))
+    out = tmp_path / "canvas.csv"
+    assert main(["gradebook", *inputs, "--records", str(records), "--format", "canvas",
+                 "--roster", str(roster), "--prefix", "lab-05-", "--manifest", str(manifest),
+                 "--out", str(out)]) == 0
+    table = {r[0]: r[5:] for r in _rows(out)[1:]}
+    assert table["Lovelace, Ada"] == ["36"]  # 2 days late: 1 free, 1 at 10%
+    assert table["Grace Hopper"] == ["40"]  # graded another commit: no late days charged
+    out = tmp_path / "all.csv"
+    assert main(["gradebook", *inputs, "--records", str(records), "--roster", str(roster),
+                 "--prefix", "lab-05-", "--manifest", str(manifest), "--out", str(out)]) == 0
+    grace = next(r for r in _rows(out)[1:] if r[0] == "course--lab-05-grace")
+    assert "not the commit of record" in grace[12]
