@@ -3,8 +3,10 @@
 from pathlib import Path
 
 import pytest
+import yaml
 from kit import (
     MANIFEST,
+    MUTANTS,
     ROOT,
     all_mutants,
     all_tests,
@@ -16,6 +18,29 @@ from kit import (
 )
 
 from msda_labs.authoring.handout import collect_rules
+from msda_labs.grading.diagnosis import diagnose
+from msda_labs.grading.results import GradeResult
+
+
+def _also_named(mutant) -> list[str]:
+    """The other phrases under which the feedback may name ``mutant``'s mistake (``names:`` in
+    its library entry: e.g. a store that ignores the query mask is also an unmasked tail)."""
+    path = MUTANTS / f"{mutant.lab}.yaml"
+    for entry in (yaml.safe_load(path.read_text()) if path.is_file() else None) or []:
+        if str(entry.get("id")) == mutant.id:
+            return [str(n) for n in entry.get("names") or ()]
+    return []
+
+
+def wrong_explanations(mutant, result: dict) -> list[str]:
+    """The named mistakes of ``result`` that are not ``mutant``'s: every mistake the feedback
+    names where it starts (the report's "start here") must be the planted one, under its
+    ``expect`` phrase or one of its ``names``; a mutant with neither may be named as nothing.
+    Errors raised by the submission (a traceback's line) are not explanations."""
+    accepted = [p.lower() for p in (mutant.expect, *_also_named(mutant)) if p]
+    causes = diagnose(GradeResult.from_dict(result)).causes
+    return [f"Task {c.task}: {c.says()}" for c in causes if not c.error
+            and not any(p in f"{c.label} {c.meaning}".lower() for p in accepted)]
 
 
 def _enforcing_tests(lab_id: str) -> dict[str, list[str]]:
@@ -54,3 +79,7 @@ def test_mutant_loses_points(mutant, tmp_path: Path):
         text = messages(result)
         assert mutant.expect.lower() in text.lower(), (
             f"mutant {mutant.id}: no message names {mutant.expect!r}; messages were:\n{text}")
+    # No explanation without evidence: nothing names a mistake the mutant does not make.
+    wrong = wrong_explanations(mutant, result)
+    assert not wrong, (f"mutant {mutant.id} ({mutant.why}): the feedback names mistakes it does "
+                       f"not make: {wrong}")

@@ -206,7 +206,9 @@ def _from_grade(data: dict) -> tuple[int, int, str, str]:
     score, top = int(data["score"]), int(data["max_score"])
     attempted = any(t["status"] != "not_attempted"
                     for ex in data["exercises"] for t in ex["tests"])
-    nxt = next((f"Task {ex['id']} `{ex['name']}` ({ex['score']}/{ex['max_score']})"
+    gpu = data.get("gpu_points") or {}  # the handout counts these too; the GPU stage earns them
+    nxt = next((f"Task {ex['id']} `{ex['name']}` ({ex['score']}/{ex['max_score']}"
+                + (f", +{gpu[ex['id']]} on the GPU" if gpu.get(ex["id"]) else "") + ")"
                 for ex in data["exercises"] if ex["score"] < ex["max_score"]), "")
     if top and score == top:
         return score, top, DONE, ""
@@ -292,8 +294,9 @@ def _cells(row: LabProgress) -> list[str]:
             ", ".join(row.runs_on) or "-"]
 
 
-def render_table(rows: list[LabProgress]) -> str:
-    """The rows as a Markdown table (readable as plain text too), with what was graded now."""
+def render_table(rows: list[LabProgress], *, how: bool = True) -> str:
+    """The rows as a Markdown table (readable as plain text too), with what was graded now
+    (``how=False``: not, where each row's line was printed as it came)."""
     cells = [list(COLUMNS)] + [_cells(r) for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(COLUMNS))]
     lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(line, widths)) + " |" for line in cells]
@@ -305,6 +308,8 @@ def render_table(rows: list[LabProgress]) -> str:
     gpu = [r.lab for r in rows if r.gpu_stage]
     if gpu:
         lines.append(f"Not counted: the GPU stages of {', '.join(gpu)} (nox -s labNN-gpu).")
+    if not how:
+        return "\n".join(lines)
     for r in rows:
         if r.how and r.how != "cached":
             lines.append(f"{r.lab}: {r.how}")

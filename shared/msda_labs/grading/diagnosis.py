@@ -135,6 +135,7 @@ class Cause:
     exercise: str
     test: str
     line: int | None = None  # an error's line in the student's file
+    error: bool = False  # an exception the submission raised, not a named mistake
 
     @property
     def short(self) -> str:
@@ -223,14 +224,15 @@ def diagnose(result: GradeResult, catalogue=None) -> Diagnosis:
                 continue
             names = named_mistakes(test.message, catalogue)
             identity = _error_identity(test)
-            if not names and identity is not None:
+            raised = not names and identity is not None
+            if raised:
                 names = [identity]
             finding = Finding(ex, test, names)
             for label, meaning in names:
                 known = by_label.get(label)
                 if known is None:
                     cause = Cause(label, meaning, ex.id, ex.name, test.name,
-                                  error_line(test.message))
+                                  error_line(test.message), error=raised)
                     by_label[label] = cause
                     out.causes.append(cause)
                     finding.causes.append(cause)

@@ -72,8 +72,8 @@ def _tile(ax, case, meta, chosen):
              f"m = {pid_bm} % {meta['M']} = {m}; it writes\nout[{b}, {q0}:{q0 + BQ}, {m}, 0:{D}]",
              f"its accumulator is\n[BLOCK_Q, BLOCK_D] = [{BQ}, {BD}] fp32",
              f"hatched: masked off\nrows q >= Q = {Q} (mask_q)\ncolumns d >= D = {D} (mask_d)",
-             f"grey: out[{b}, :, {m}, :],\nwritten by the other\nprograms of column "
-             f"pid_bm = {pid_bm}")
+             f"grey: out[{b}, :, {m}, :],\nwritten by the other\nprograms of row "
+             f"pid_bm = {pid_bm} in (a)")
     for i, text in enumerate(notes):
         label(ax, BD + 0.5, top - 0.4 - i * 2.6, text, ha="left", va="top", fontsize=8.5)
     ax.set_title(f"(b) one program's tile of out[{b}, :, {m}, :] (Q = {Q}, D = {D})", loc="left")
