@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,15 @@ from kit import MANIFEST, separation_unavailable
 from msda_labs.cli import main
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from attacks.checkouts import (  # noqa: E402
+    CHECKOUT_ATTACKS,
+    GRANDCHILD_WAIT,
+    canaries_alive,
+    canary_messages,
+    make_canary_folder,
+    plant_canary,
+    records,
+)
 from attacks.suite import (  # noqa: E402
     LOOKUP,
     SECRET_SEED,
@@ -40,6 +50,7 @@ from attacks.suite import (  # noqa: E402
     target_points,
 )
 
+CHIP_DIR = Path(__file__).resolve().parents[2] / "shared" / "msda_labs" / "chips"
 pytestmark = [
     pytest.mark.skipif(bool(separation_unavailable()),
                        reason=f"the attack suite runs where the graded run does, separated: "
@@ -72,8 +83,82 @@ def _verdict(attack, result, note="") -> str | None:
     return None
 
 
+CHECKOUT_LAB = "lab01"  # the whole-checkout attacks, the canary and the honest students
+HONEST = ("aaa-honest", "zzz-honest")  # graded first and last in the batch
+
+
+@pytest.fixture
+def canary_folder():
+    folder = make_canary_folder(Path(f"/run/msda-canary-{os.getpid()}-{time.monotonic_ns()}"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _whole_checkouts(folder: Path, export: Path, canary: Path) -> dict[str, list[str]]:
+    """The honest students (the chip), the canary and one checkout per whole-checkout attack,
+    added to the class; returns {attack: the planted files the regrade must list}."""
+    for name in HONEST:
+        shutil.copytree(export, folder / name)
+        shutil.copy2(CHIP_DIR / f"{CHECKOUT_LAB}.py", folder / name / f"{CHECKOUT_LAB}.py")
+    shutil.copytree(export, folder / "canary")
+    plant_canary(folder / "canary", CHECKOUT_LAB, canary)
+    planted = {}
+    for attack in CHECKOUT_ATTACKS:
+        shutil.copytree(export, folder / attack.name)
+        planted[attack.name] = attack.plant(folder / attack.name, CHECKOUT_LAB)
+    return planted
+
+
+def _checkout_problems(results: dict, planted: dict[str, list[str]]) -> list[str]:
+    """Every whole-checkout attack scores 0 and is marked (each planted file listed as added or
+    modified); every honest student keeps full marks; all graded separated."""
+    problems = []
+    for name, files in planted.items():
+        result = results.get(name)
+        if result is None:
+            problems.append(f"{name}: not graded")
+            continue
+        info = result.get("integrity") or {}
+        listed = set(info.get("added") or []) | set(info.get("tampered") or [])
+        unlisted = [f for f in files if f not in listed]
+        if result["score"] or unlisted:
+            problems.append(f"{name}: {result['score']}/{result['max_score']}, planted files not "
+                            f"listed: {unlisted} (added {sorted(listed)[:8]})")
+        if not (result.get("separation") or {}).get("separated"):
+            problems.append(f"{name}: graded without separation: {result.get('separation')}")
+    for name in HONEST:
+        result = results.get(name)
+        if result is None or result["score"] != result["max_score"] or result["max_score"] == 0:
+            problems.append(f"honest student {name}: "
+                            + (f"{result['score']}/{result['max_score']}" if result
+                               else "not graded"))
+        elif (result.get("integrity") or {}).get("added"):
+            problems.append(f"honest student {name}: files listed as added: "
+                            f"{result['integrity']['added']}")
+    return problems
+
+
+def _canary_problems(result: dict | None, canary: Path) -> list[str]:
+    """No code of the canary ran as root (a root process writes its record anywhere), its
+    module did run as a sandbox uid (its errors say so), nothing but the module ran, and its
+    grandchild is gone."""
+    found = records(canary) + [(place, uid, 0) for place, uid in canary_messages(result)]
+    problems = [f"canary: {place} ran as root" for place, uid, _ in found if uid == 0]
+    if not any(place == "import" and uid for place, uid, _ in found):
+        problems.append(f"canary: its module never ran as a sandbox uid (records: {found[:6]})")
+    problems += [f"canary: {place} ran (uid {uid}): only the module may run"
+                 for place, uid, _ in found if place not in ("import", "grandchild")]
+    alive = canaries_alive()
+    if alive:
+        problems.append(f"canary: its grandchild outlived its request (pids {alive})")
+    return problems
+
+
 @pytest.mark.parametrize("lab", LABS)
 def test_attacks_score_zero_under_the_separated_regrade(exports, tmp_path, lab, request):
+    """Each lab's single-file attacks as one class; for lab 01 the class also holds the
+    whole-checkout attacks (tests/attacks/checkouts.py), the canary and two honest students,
+    graded first and last: one batch, checked for everything at once."""
     chosen = attacks(lab, "export")
     files = {}
     if any(a.name == LOOKUP for a in chosen):
@@ -81,6 +166,10 @@ def test_attacks_score_zero_under_the_separated_regrade(exports, tmp_path, lab, 
     folder = tmp_path / "class"
     folder.mkdir()
     make_class(folder, exports[lab], chosen, files)
+    planted, canary = {}, None
+    if lab == CHECKOUT_LAB:
+        canary = request.getfixturevalue("canary_folder")
+        planted = _whole_checkouts(folder, exports[lab], canary)
     github = {name: tmp_path / name.lower() for name in GITHUB_FILES}
     for path in github.values():
         path.write_text("")
@@ -88,16 +177,20 @@ def test_attacks_score_zero_under_the_separated_regrade(exports, tmp_path, lab, 
         folder, lab, exports[lab], seed=SECRET_SEED,
         env={**SEPARATE, **{k: str(p) for k, p in github.items()}})
     problems = [v for a in chosen if (v := _verdict(a, results.get(a.name), notes.get(a.name)))]
-    if any(a.name == "outlive" for a in chosen):
+    if planted:
+        problems += _checkout_problems(results, planted)
+        time.sleep(GRANDCHILD_WAIT + 1)  # a grandchild that lived on would have recorded by now
+        problems += _canary_problems(results.get("canary"), canary)
+    if any(a.name == "outlive" for a in chosen) or planted:
         time.sleep(1.0)  # a process the attack left behind would rewrite the reports by now
     out = folder.parent / "class-out"
     rows = {r["student"]: r for r in csv.DictReader((out / "gradebook.csv").open())}
     again = {r["student"]: r["result"] for r in json.loads((out / "regrade.json").read_text())}
-    for attack in chosen:
-        row = rows.get(attack.name, {})
-        if results.get(attack.name) and (row.get("score") != str(results[attack.name]["score"])
-                                         or again.get(attack.name) != results[attack.name]):
-            problems.append(f"{attack.key}: the gradebook or regrade.json changed after the "
+    for name in [a.name for a in chosen] + list(planted) + (list(HONEST) if planted else []):
+        row = rows.get(name, {})
+        if results.get(name) and (row.get("score") != str(results[name]["score"])
+                                  or again.get(name) != results[name]):
+            problems.append(f"{lab}/{name}: the gradebook or regrade.json changed after the "
                             f"regrade ended (score now {row.get('score')})")
     written = [name for name, path in github.items() if path.read_text()]
     if written:
@@ -175,3 +268,69 @@ def test_lookup_table_is_real_on_the_public_cases(lookup_table):
     assert (result.get("separation") or {}).get("separated"), result.get("separation")
     score, top = target_points(result, attack.targets)
     assert score == top > 0, f"the lookup table scored {score}/{top} on the public cases"
+
+
+@pytest.fixture(scope="module")
+def gradescope_zip(tmp_path_factory) -> Path:
+    zip_path = tmp_path_factory.mktemp("gradescope") / "gs.zip"
+    assert main(["export", CHECKOUT_LAB, "--gradescope", str(zip_path)]) == 0
+    return zip_path
+
+
+def _run_autograder(zip_path: Path, root: Path, submission: Path) -> dict:
+    """Gradescope's run_autograder in a folder laid out like /autograder, separated (root)."""
+    with zipfile.ZipFile(zip_path) as zf:
+        zf.extractall(root / "source")
+    (root / "source" / "run_autograder").chmod(0o755)
+    (root / "results").mkdir()
+    shutil.copytree(submission, root / "submission", symlinks=True)
+    env = clean_env(AUTOGRADER_ROOT=str(root), MSDA_PYTHON=sys.executable, **SEPARATE)
+    proc = subprocess.run([str(root / "source" / "run_autograder")], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads((root / "results" / "results.json").read_text())
+
+
+@pytest.mark.parametrize("name", ["pytest-entry-point", "optional-imports"])
+def test_whole_checkout_attacks_score_zero_on_gradescope(exports, gradescope_zip, tmp_path, name):
+    """A submission uploaded as a whole repository: only its labNN.py is graded, in the
+    pristine lab; the planted files are named in the output, and nothing of them runs."""
+    attack = next(a for a in CHECKOUT_ATTACKS if a.name == name)
+    repo = shutil.copytree(exports[CHECKOUT_LAB], tmp_path / "repo")
+    planted = attack.plant(repo, CHECKOUT_LAB)
+    data = _run_autograder(gradescope_zip, tmp_path / "autograder", repo)
+    assert data["score"] == 0 and data["tests"], f"{name} on Gradescope: {data['score']} points"
+    listed = json.dumps(data)
+    assert all(f in listed for f in planted), f"{name}: planted files not named: {planted}"
+
+
+def test_canary_and_every_planted_file_in_the_local_grade_as_root(exports, tmp_path, request,
+                                                                  canary_folder):
+    """The push workflow's command (``python -m msda_labs grade .`` at the root of the
+    repository) run as root, separated, on a repository holding every whole-checkout attack at
+    once and the canary: it scores 0, lists what the template does not hold, and no code of the
+    student's runs as root (only the module runs, as a sandbox uid)."""
+    # A workspace other users may pass through, as a runner's is (pytest's tmp_path is not).
+    repo = canary_folder.parent / f"{canary_folder.name}-repo"
+    shutil.copytree(exports[CHECKOUT_LAB], repo)
+    request.addfinalizer(lambda: shutil.rmtree(repo, ignore_errors=True))
+    planted = []
+    for attack in CHECKOUT_ATTACKS:
+        if attack.name not in ("linked-chip", "left-behind", "fake-reports"):
+            planted += attack.plant(repo, CHECKOUT_LAB)
+    plant_canary(repo, CHECKOUT_LAB, canary_folder)
+    out = tmp_path / "grade.json"
+    proc = subprocess.run([sys.executable, "-m", "msda_labs", "grade", ".", "--json", str(out)],
+                          cwd=repo, capture_output=True, text=True, timeout=600,
+                          env=clean_env(PYTHONPATH=str(repo / "shared"), **SEPARATE))
+    assert proc.returncode == 0 and out.is_file(), proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert (result.get("separation") or {}).get("separated"), result.get("separation")
+    assert result["score"] == 0 and result["max_score"] > 0
+    extra = (result.get("integrity") or {}).get("extra") or []
+    missing = [f for f in planted if f not in extra and not f.startswith(".github/")
+               and f not in ("noxfile.py", "requirements.txt", "tests/conftest.py")]
+    assert not missing, f"not listed as beyond the template: {missing}"
+    time.sleep(GRANDCHILD_WAIT + 1)
+    problems = _canary_problems(result, canary_folder)
+    assert not problems, "\n".join(problems)

@@ -290,7 +290,7 @@ def regrade_checkout(checkout: Path, *, pristine: Path | None = None, lab_id: st
                         "missing": found["missing"], "added": added, "source": label}
     head = [f"regraded {lab_id}.py alone in the pristine lab from {label}"]
     if tampered:
-        head.append(f"the checkout had changed grading files, not used for grading: "
+        head.append(f"the checkout had changed grading files, restored before grading: "
                     f"{', '.join(tampered)}")
     if added:
         head.append(f"files beyond the template, not copied, imported or run: "
@@ -394,8 +394,9 @@ def regrade_batch(folder: Path, *, lab: str | None = None, prefix: str | None = 
                                          f"the regrade failed on this checkout "
                                          f"({type(exc).__name__}: {str(exc)[:300]})").seal())
             else:
-                tampered = result.integrity.get("tampered") or []
-                drift = len(result.integrity.get("restored") or []) - len(tampered)
+                info = result.integrity
+                known = set(info.get("tampered") or []) | set(info.get("added") or [])
+                drift = len([p for p in info.get("restored") or [] if p not in known])
                 rows.append(GradebookRow(
                     student, lab_id, result.score, result.max_score,
                     integrity.summary(result.integrity), commit,

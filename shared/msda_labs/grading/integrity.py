@@ -154,7 +154,10 @@ def extra_files(checkout: Path, template: set[str] | list[str],
     kit's own reports. A checkout too large to walk ends its list with a count."""
     found, stopped = walk(checkout, skip=NOT_SCANNED)
     known = set(template) | {student_module} | _KIT_OUTPUTS
-    extra = [name for name in found if name not in known and not _is_litter(Path(name))]
+    # A name with a line break or another control character is shown escaped: it is listed
+    # in one gradebook cell and one line of a report.
+    extra = [name if name.isprintable() else name.encode("unicode_escape").decode()
+             for name in found if name not in known and not _is_litter(Path(name))]
     if stopped:
         extra.append(f"(more than {_WALK_LIMIT} entries: not all listed)")
     return extra
