@@ -8,17 +8,18 @@ judge recomputes the expected output from the same weights with its own referenc
 (``msda_labs.truth.layers``) and compares; when your output is exactly what a known mistake gives
 (``msda_labs.mistakes``), the feedback names it.
 
-Each task is graded on its own: while a layer is tested, the grader swaps in its own correct
-``bilinear_sample``, ``deform_attend`` and ``msda`` for yours (``probes_lab00.py``), so a bug costs
-points once (their source goes to the child with each such request: ``judge_lab00.py``). This
-file grades the functions (tasks 0.1, 0.2, 0.5); ``test_lab00_layers.py`` the
+Each task is graded on its own: a layer (and ``deform_attend``) runs twice, with your
+``bilinear_sample``, ``deform_attend`` and ``msda``, and with stand-ins of the grader's that read
+a map their own way (not the answer to any task: ``probes_lab00.py``); it passes when either run
+matches the reference computed the same way (``judge_lab00.py``), so a bug costs points once.
+This file grades the functions (tasks 0.1, 0.2, 0.5); ``test_lab00_layers.py`` the
 layers (0.3, 0.4, 0.6).
 """
 
 import pytest
 import torch
-from judge_lab00 import parts
-from probes_lab00 import probe_function
+from judge_lab00 import expect_either
+from probes_lab00 import probe_function, smooth_sample
 
 from msda_labs.grading import expect_close
 from msda_labs.mistakes import pixel_reads
@@ -63,10 +64,9 @@ def expect_grads(result, refs, whats, hint, dtype):
         expect_close(res, ref, what=what, dtype=dtype, backward=True)
 
 
-def _expect_calls(submission, name, args, want, message, grader_parts=()):
+def _expect_calls(submission, name, args, want, message):
     """A rule on how many grid_sample calls ``name(*args)`` makes; ``{calls}`` in the message."""
-    calls = submission.run(probe_function, name, args, parts=parts(grader_parts) if grader_parts
-                           else (), count=True)["calls"]
+    calls = submission.run(probe_function, name, args, count=True)["calls"]
     if calls != want:
         raise AssertionError(message.replace("{calls}", str(calls)))
 
@@ -155,13 +155,23 @@ def _attend_case(seed, H, W, D, Q, K, softmaxed):
 
 
 def _expect_attend(submission, value, points, weights, what):
+    # Your deform_attend with the grader's stand-in bilinear_sample, and with yours: either must
+    # match (a bug in your bilinear_sample is Task 0.1's).
     Q, K, _ = points.shape
-    res = submission.run(probe_function, "deform_attend", (value, points, weights),
-                         parts=parts(("bilinear_sample",)))["out"]
-    samples = pixel_reads(value, points.reshape(Q * K, 2)).reshape(Q, K, -1)
-    expect_close(res, (weights.unsqueeze(-1) * samples).sum(1), what=what, dtype=torch.float64,
-                 expect_dtype=torch.float64,
-                 variants=attend_variants(value, points, weights, samples))
+    result = submission.run(probe_function, "deform_attend", (value, points, weights),
+                            stand_ins=("bilinear_sample",))
+
+    def against(samples):
+        def check(run):
+            expect_close(run.get("out"), (weights.unsqueeze(-1) * samples).sum(1), what=what,
+                         dtype=torch.float64, expect_dtype=torch.float64,
+                         variants=attend_variants(value, points, weights, samples))
+
+        return check
+
+    flat = points.reshape(Q * K, 2)
+    expect_either(result, against(smooth_sample(value, flat).reshape(Q, K, -1)),
+                  against(pixel_reads(value, flat).reshape(Q, K, -1)))
 
 
 @pytest.mark.task("0.2", points=2)
@@ -182,11 +192,20 @@ def test_deform_attend_uses_weights_as_given(submission):
 
 @pytest.mark.task("0.2", points=1)
 def test_deform_attend_one_sampling_call(submission):
+    # Read off your source by the judge: no loop in deform_attend. Counted in your process, with
+    # the grader's stand-in bilinear_sample: one call for the 5 x 3 points.
+    loops = submission.source.loops("deform_attend")
+    if loops:
+        raise AssertionError(f"rule: deform_attend must read all Q * K points with one "
+                             f"bilinear_sample call, without a loop (for/while or "
+                             f"comprehension); there is one at line {loops[0].lineno}")
     value, points, weights = _attend_case(112, H=5, W=5, D=2, Q=5, K=3, softmaxed=True)
-    _expect_calls(submission, "deform_attend", (value, points, weights), 1,
-                  "rule: deform_attend must read all Q * K points with one bilinear_sample call "
-                  "(one grid_sample); 5 queries x 3 points made {calls} grid_sample calls",
-                  grader_parts=("bilinear_sample",))
+    result = submission.run(probe_function, "deform_attend", (value, points, weights),
+                            stand_ins=("bilinear_sample",))
+    calls = result["stand_in"]["sample_calls"]
+    if calls != 1:
+        raise AssertionError(f"rule: deform_attend must read all Q * K points with one "
+                             f"bilinear_sample call; 5 queries x 3 points made {calls} calls")
 
 
 # == Task 0.5: msda ===============================================================================

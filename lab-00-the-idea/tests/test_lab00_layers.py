@@ -3,6 +3,8 @@
 Each layer is built in the child from your class, loaded with the test's seeded weights and run
 (``probes_lab00.probe_layer``); the judge recomputes it in float64 with ``msda_labs.truth.layers``
 and names a familiar mistake when your output is exactly its output (``msda_labs.mistakes.layers``).
+The layer runs twice, with stand-ins for its parts and with yours, and passes when either run
+matches the reference computed the same way (``judge_lab00``).
 """
 
 from collections.abc import Callable
@@ -10,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from judge_lab00 import parts
+from judge_lab00 import expect_either, stand_in_steps
 from probes_lab00 import probe_layer
 from test_lab00_idea import LAB, MODE, NO_GRADIENT, TASKS, TITLE, expect_grads
 
@@ -25,6 +27,7 @@ from msda_labs.truth.cases import seeded_generator
 from msda_labs.truth.layers import (
     LAYER_SPEC,
     Layer,
+    LayerSteps,
     collapsed_attention,
     collapsed_cross_attention,
     collapsed_msda_attention,
@@ -35,7 +38,7 @@ from msda_labs.truth.layers import (
 )
 
 __all__ = ["LAB", "MODE", "TASKS", "TITLE"]  # the lab's declarations live in test_lab00_idea.py
-SOLO = ("bilinear_sample", "deform_attend")  # the grader's own parts while a layer is graded
+SOLO = ("bilinear_sample", "deform_attend")  # the parts replaced by stand-ins in one run
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ def _setup(kind: Kind, layer: Layer, zero_predictors=False):
 
 def _run(submission, kind, layer, state, inputs, **kwargs):
     return submission.run(probe_layer, kind.cls, kind.init_args(layer), state, inputs,
-                          parts=parts(kind.parts), **kwargs)
+                          stand_ins=kind.parts, **kwargs)
 
 
 def _double(state):
@@ -111,8 +114,17 @@ def _as64(inputs):
     return [t.double() if t.is_floating_point() else t for t in inputs]
 
 
-def _variants(kind, layer, state, inputs):
-    return layer_variants(kind.reference, kind.mistakes, _double(state), layer, _as64(inputs))
+def _stand_in_reference(kind):
+    """``kind.reference`` with the points read by the child's stand-in reader."""
+    def reference(s, ly, t, steps: LayerSteps = LAYER_SPEC):
+        return kind.reference(s, ly, t, stand_in_steps(steps))
+
+    return reference
+
+
+def _variants(kind, layer, state, inputs, stand_in=False):
+    reference = _stand_in_reference(kind) if stand_in else kind.reference
+    return layer_variants(reference, kind.mistakes, _double(state), layer, _as64(inputs))
 
 
 def _expect_structure(result, state, what, exact=False):
@@ -141,27 +153,52 @@ def _check_structure_and_shape(submission, kind):
     state, inputs = _setup(kind, layer)
     result = _run(submission, kind, layer, state, inputs)
     what = f"{kind.cls}({', '.join(str(n) for n in kind.init_args(layer))})"
-    _expect_structure(result, state, what, exact=True)
     on = (f"x {tuple(inputs[0].shape)}" if kind is SELF else
           f"query {tuple(inputs[0].shape)}, value {tuple(inputs[2].shape)}")
-    expect_tensor(result.get("out"), f"{what} on {on}", shape=inputs[0].shape,
-                  dtype=torch.float32)
+
+    def check(run):
+        _expect_structure(run, state, what, exact=True)
+        expect_tensor(run.get("out"), f"{what} on {on}", shape=inputs[0].shape,
+                      dtype=torch.float32)
+
+    expect_either(result, check, check)
+
+
+def _expect_both_ways(result, kind, layer, state, inputs, what, own_reference):
+    """The stand-in run against the reference read the stand-in's way, or your own run against
+    ``own_reference`` (the spec)."""
+    s, t = _double(state), _as64(inputs)
+    expect_either(
+        result,
+        lambda run: _expect_layer(run, _stand_in_reference(kind)(s, layer, t), state, what,
+                                  layer, _variants(kind, layer, state, inputs, stand_in=True)),
+        lambda run: _expect_layer(run, own_reference, state, what, layer,
+                                  _variants(kind, layer, state, inputs)))
 
 
 def _check_collapse(submission, kind, layer, what):
     state, inputs = _setup(kind, layer, zero_predictors=True)
     result = _run(submission, kind, layer, state, inputs)
-    expected = kind.collapsed(_double(state), layer, _as64(inputs))
-    _expect_layer(result, expected, state, f"{kind.cls} with offset_proj and weight_proj zeroed "
-                  f"({what})", layer, _variants(kind, layer, state, inputs))
+    _expect_both_ways(result, kind, layer, state, inputs,
+                      f"{kind.cls} with offset_proj and weight_proj zeroed ({what})",
+                      kind.collapsed(_double(state), layer, _as64(inputs)))
 
 
 def _check_random_offsets(submission, kind, layer):
     state, inputs = _setup(kind, layer)
     result = _run(submission, kind, layer, state, inputs)
-    ref = kind.reference(_double(state), layer, _as64(inputs), LAYER_SPEC)
-    _expect_layer(result, ref, state, f"{kind.cls} with random non-zero offsets", layer,
-                  _variants(kind, layer, state, inputs))
+    _expect_both_ways(result, kind, layer, state, inputs,
+                      f"{kind.cls} with random non-zero offsets",
+                      kind.reference(_double(state), layer, _as64(inputs), LAYER_SPEC))
+
+
+def _reference_grads(kind, layer, state, inputs, grad_out, reference):
+    s = _double(state)
+    s["offset_proj.weight"].requires_grad_()
+    leaves = [t.double().requires_grad_() for t in inputs if t.is_floating_point()]
+    out = reference(s, layer, leaves + [t for t in inputs if not t.is_floating_point()],
+                    LAYER_SPEC)
+    return torch.autograd.grad(out, [s["offset_proj.weight"], *leaves], grad_out.double())
 
 
 def _check_gradients(submission, kind, layer):
@@ -169,16 +206,19 @@ def _check_gradients(submission, kind, layer):
     grad_out = torch.randn(inputs[0].shape, generator=seeded_generator(layer.seed + 2000))
     result = _run(submission, kind, layer, state, inputs, grad_out=grad_out,
                   grad_params=("offset_proj.weight",))
-    _expect_structure(result, state, kind.cls)
-    s = _double(state)
-    s["offset_proj.weight"].requires_grad_()
-    leaves = [t.double().requires_grad_() for t in inputs if t.is_floating_point()]
-    out = kind.reference(s, layer, leaves + [t for t in inputs if not t.is_floating_point()],
-                         LAYER_SPEC)
-    refs = torch.autograd.grad(out, [s["offset_proj.weight"], *leaves], grad_out.double())
     whats = [f"{kind.cls}: gradient reaching {n}"
              for n in ("offset_proj.weight", *kind.input_names)]
-    expect_grads(result, refs, whats, kind.grad_hint, torch.float32)
+
+    def check(reference):
+        refs = _reference_grads(kind, layer, state, inputs, grad_out, reference)
+
+        def against(run):
+            _expect_structure(run, state, kind.cls)
+            expect_grads(run, refs, whats, kind.grad_hint, torch.float32)
+
+        return against
+
+    expect_either(result, check(_stand_in_reference(kind)), check(kind.reference))
 
 
 # == Task 0.3: DeformableAttention ================================================================

