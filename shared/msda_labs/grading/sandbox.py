@@ -50,7 +50,7 @@ from pathlib import Path
 
 __all__ = ["SEPARATE_ENV", "JUDGE_ONLY_ENV", "PRIVATE_FOLDER_ENV", "UID_BASE", "SandboxError",
            "Sandbox", "policy", "share_with", "drop", "reap", "clean", "isolate_network",
-           "remove_tree", "walk_tree", "world_writable_folders", "FEEDBACK_ONLY"]
+           "remove_tree", "walk_tree", "world_writable_folders", "remove_ipc", "FEEDBACK_ONLY"]
 
 SEPARATE_ENV = "MSDA_SEPARATE"
 JUDGE_ONLY_ENV = "MSDA_JUDGE_ONLY"  # more judge-only paths, os.pathsep-separated
@@ -123,6 +123,7 @@ class Sandbox:
                 continue
             reap(uid)  # what an executor that died holding this slot left behind
             clean_tmp(uid)
+            remove_ipc(uid)
             _discard_stale(slot)
             base = Path(tempfile.mkdtemp(prefix=f"msda-sandbox-{slot}-"))
             os.chmod(base, 0o711)  # the child may enter it, not list it
@@ -144,7 +145,7 @@ class Sandbox:
         if self._lock_fd < 0:
             return
         for step in (lambda: reap(self.uid), lambda: clean_tmp(self.uid),
-                     lambda: _discard(self.base)):
+                     lambda: remove_ipc(self.uid), lambda: _discard(self.base)):
             try:
                 step()
             except Exception:  # noqa: BLE001 - the slot is given back whatever happens
@@ -574,10 +575,41 @@ def clean(plan: dict, folders: list[str] | None = None) -> None:
             pass
     except Exception:  # noqa: BLE001 - cleanup must never stop a grading
         pass
-    try:
-        clean_tmp(plan["uid"], folders)
-    except Exception:  # noqa: BLE001
-        pass
+    for step in (lambda: clean_tmp(plan["uid"], folders), lambda: remove_ipc(plan["uid"])):
+        try:
+            step()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+_IPC_RMID = 0  # linux/ipc.h
+_IPC_KINDS = {"shm": "shmctl", "sem": "semctl", "msg": "msgctl"}
+
+
+def remove_ipc(uid: int) -> list[str]:
+    """Remove the SysV shared memory segments, semaphore sets and message queues that ``uid``
+    owns or made (they outlive their process; a child in an IPC namespace of its own leaves
+    none here). Returns what was removed, as ``kind:id``."""
+    removed = []
+    libc = _libc()
+    for kind, call in _IPC_KINDS.items():
+        try:
+            with open(f"/proc/sysvipc/{kind}") as fh:
+                lines = fh.read().splitlines()
+        except OSError:
+            continue
+        if not lines:
+            continue
+        head = lines[0].split()
+        for line in lines[1:]:
+            row = dict(zip(head, line.split()))  # the second column: shmid, semid, msqid
+            if str(uid) not in (row.get("uid"), row.get("cuid")) or len(head) < 2:
+                continue
+            ipc_id = int(row[head[1]])
+            args = (ipc_id, 0, _IPC_RMID, None) if kind == "sem" else (ipc_id, _IPC_RMID, None)
+            if getattr(libc, call)(*args) == 0:
+                removed.append(f"{kind}:{ipc_id}")
+    return removed
 
 
 def is_root() -> bool:

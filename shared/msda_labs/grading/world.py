@@ -27,7 +27,9 @@ killed at the time limit takes the whole namespace with it.
 
 Where a namespace is refused (a container without CAP_SYS_ADMIN), :func:`probe` says which, the
 result says so (``separation.world``), and the sandbox's cleanup after every request does what
-it can without one (:func:`msda_labs.grading.sandbox.clean`).
+it can without one (:func:`msda_labs.grading.sandbox.clean`: the scratch emptied, what the uid
+left in every world-writable folder removed, its SysV IPC objects too). ``MSDA_PRIVATE_WORLD=0``
+turns the private world off, to see that cleanup at work.
 """
 
 from __future__ import annotations
@@ -39,7 +41,10 @@ import resource
 import signal
 import stat
 
-__all__ = ["WorldError", "plan_world", "enter", "isolate", "probe", "describe"]
+__all__ = ["WORLD_ENV", "WorldError", "plan_world", "enter", "isolate", "probe", "describe",
+           "wanted"]
+
+WORLD_ENV = "MSDA_PRIVATE_WORLD"  # 0: no private world (to see the cleanup that holds without)
 
 _CLONE_NEWNS = 0x00020000  # linux/sched.h
 _CLONE_NEWIPC = 0x08000000
@@ -81,6 +86,11 @@ def _unshare(flags: int) -> None:
     if _libc().unshare(flags) != 0:
         err = ctypes.get_errno()
         raise WorldError(err, f"unshare: {os.strerror(err)}")
+
+
+def wanted() -> bool:
+    """Whether a separated child gets a private world (unless ``MSDA_PRIVATE_WORLD=0``)."""
+    return os.environ.get(WORLD_ENV, "").strip() != "0"
 
 
 def plan_world(plan: dict, shared: list[str], needed: list[str]) -> dict:

@@ -409,6 +409,9 @@ def _make_world(state: _State) -> dict:
     if state.plan is None:
         return {}
     state.shared = sandbox.world_writable_folders()
+    if not world.wanted():
+        return {"private": False, "world": world.describe(
+            {"private": False, "why": f"{world.WORLD_ENV}=0"})}
     needed = reach.needed_folders() + ([os.path.dirname(state.submission)]
                                        if state.submission else [])
     spec = world.plan_world(state.plan, state.shared, needed)
