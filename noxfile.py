@@ -3,6 +3,8 @@
     nox -s lab05          grade lab 05 in place (CPU stages: plain torch, interpreter, AOT)
     nox -s lab05-gpu      the GPU stage of lab 05 (local CUDA, else Modal with your account)
     nox -s selftest       the kit's own tests: every lab's grader proven on chips and mutants
+    nox -s quick          the self-test's quick tier (under 3 minutes): sync, imports, units,
+                          one lab per stage kind; reuses the selftest session's environment
     nox -s export -- DIR  one template repository per lab (classroom.yml drives it)
     nox -s regrade -- P   regrade a student's checkout with pristine grading files
     nox -s lint           ruff, and starters / task tables in step with chips and tests
@@ -116,8 +118,55 @@ def selftest(session: nox.Session) -> None:
     # `nox -s selftest -- tests/grading -k x`: the paths given replace the whole tests/ folder.
     named = any(Path(arg.split("::")[0]).exists() for arg in session.posargs)
     paths = [] if named else [str(ROOT / "tests")]
-    session.run("python", "-m", "pytest", *paths, "-n", workers, "-q",
-                "-p", "no:cacheprovider", *session.posargs)
+    # --dist worksteal: a worker that runs out of tests takes the queued ones of another, so the
+    # minutes-long tests (collected first, tests/conftest.py) overlap with everything else.
+    # --durations=20: the twenty slowest tests in the output (tests/conftest.py adds the slowest
+    # files), so that a test that grows slow shows in CI before the total does.
+    session.run("python", "-m", "pytest", *paths, "-n", workers, "--dist", "worksteal", "-q",
+                "-p", "no:cacheprovider", "--durations=20", *session.posargs)
+
+
+# The quick tier: what a developer runs before pushing. The starter / manifest sync check, the
+# import contracts, the unit tests of the grading core, mistakes, authoring and classroom
+# helpers, and the chip and the untouched starter of one lab per stage kind (lab01 cpu, lab04
+# interpret, lab09 aot). The exports, every mutant, the attack suites, the GPU-stage harness and
+# act runs are left to the full self-test.
+QUICK_TESTS = [
+    "tests/test_manifest.py", "tests/test_ladder.py", "tests/test_memsim.py", "tests/test_ptx.py",
+    "tests/test_plain_names.py", "tests/test_import_layers.py",
+    "tests/grading", "tests/mistakes", "tests/authoring",
+    "tests/classroom/test_regrade_units.py", "tests/classroom/test_annotations.py",
+    "tests/labs/test_chips_and_starters_grade.py",
+]
+QUICK_LABS = "not test_chips_and_starters_grade or lab01 or lab04 or lab09"
+
+
+def _selftest_python(session: nox.Session) -> str:
+    """The selftest session's interpreter, built first (``--install-only``) when missing, so
+    that the quick tier needs no second copy of torch and triton."""
+    import sys
+
+    envdir = session.env_dir.parent / "selftest"
+    bindir = "Scripts" if platform.system() == "Windows" else "bin"
+    python = envdir / bindir / ("python.exe" if platform.system() == "Windows" else "python")
+    if not python.exists():
+        session.log(f"no selftest environment at {envdir}: building it (once)")
+        session.run(sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s",
+                    "selftest", "--install-only", "--envdir", str(envdir.parent),
+                    external=True)
+    return str(python)
+
+
+@nox.session(default=False, venv_backend="none")
+def quick(session: nox.Session) -> None:
+    """The self-test's quick tier, under 3 minutes: sync check, import rules, unit tests and one
+    lab per stage kind, in the selftest session's environment (``-- -x`` etc. go to pytest)."""
+    python = _selftest_python(session)
+    session.run(python, "-m", "msda_labs", "sync", "--check", external=True)
+    workers = os.environ.get("MSDA_SELFTEST_WORKERS", "auto")
+    session.run(python, "-m", "pytest", *[str(ROOT / path) for path in QUICK_TESTS],
+                "-k", QUICK_LABS, "-n", workers, "-q", "-p", "no:cacheprovider",
+                "--durations=10", *session.posargs, external=True)
 
 
 @nox.session(default=False)

@@ -8,6 +8,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # How many of the slowest test files the summary lists (MSDA_SLOWEST_FILES=0: none).
 SLOWEST_FILES = int(os.environ.get("MSDA_SLOWEST_FILES", "15"))
 
+# Tests that take minutes on their own: act running whole workflows, and a template repository's
+# nox session building a fresh virtualenv with torch. They are collected first, so that under
+# xdist's work stealing (the selftest session's ``--dist worksteal``) they start at once and
+# overlap with the rest, instead of being left to the end with the other workers idle.
+LONG_FIRST = ("tests/workflows/", "::test_fresh_virtualenv_nox_session")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Put the long tests first (a stable sort: the order is otherwise unchanged)."""
+    items.sort(key=lambda item: 0 if any(mark in item.nodeid for mark in LONG_FIRST) else 1)
+
 
 def _file_seconds(terminalreporter) -> dict[str, float]:
     """Seconds spent per test file: setup, call and teardown of every test, summed (with xdist
