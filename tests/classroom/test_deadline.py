@@ -601,3 +601,49 @@ def test_workflow_reports_take_their_late_days_from_the_plan_records(course, tmp
                  "--prefix", "lab-05-", "--manifest", str(manifest), "--out", str(out)]) == 0
     grace = next(r for r in _rows(out)[1:] if r[0] == "course--lab-05-grace")
     assert "not the commit of record" in grace[12]
+
+
+def test_the_commands_regrade_at_the_deadline_and_a_whole_class(klass, exports, tmp_path,
+                                                                kit_root, monkeypatch, capsys):
+    """regrade --at-deadline (with and without --github) and class regrade (clone-free), from
+    the command line, with the lab's due date read from classroom.yml."""
+    from msda_labs.classroom import github
+
+    root, fake, shas = klass
+    _graded_modules(monkeypatch)
+    _manifest_with(tmp_path, kit_root, {"late_policy": {"kind": "penalty", "penalty_per_day": 5}})
+    path = tmp_path / "course" / "classroom.yml"
+    path.write_text(path.read_text().replace(
+        f"  id: {LAB}\n", f"  id: {LAB}\n  due: '2026-11-20T23:59:00+01:00'\n  late_days: 2\n"))
+    monkeypatch.chdir(tmp_path / "course")
+    monkeypatch.setattr(github, "urllib_transport", fake.transport)
+    monkeypatch.setenv("GH_TOKEN", "t")
+    book, out = tmp_path / "gb.csv", tmp_path / "lab00.json"
+    common = ["--lab", LAB, "--prefix", "lab-00-", "--pristine", str(exports[LAB]),
+              "--gradebook", str(book), "--json", str(out), "--no-insight"]
+    assert main(["regrade", str(root), "--at-deadline", "--github", *common]) == 0
+    rows = {r[0]: r for r in _rows(book)[1:]}
+    assert rows["ada"][5] == shas["ada2"] and rows["grace"][5] == shas["grace1"]
+    assert {e["student"]: e["record"]["late_days"] for e in json.loads(out.read_text())} == \
+        {"ada": 1, "grace": 0, "linus": 0}
+    assert "WARNING" not in capsys.readouterr().err
+
+    assert main(["regrade", str(root), "--at-deadline", *common]) == 0
+    assert "WARNING: 3 commit(s) of record chosen by commit dates" in capsys.readouterr().err
+    assert main(["regrade", str(root), "--github", *common]) != 0  # --github needs --at-deadline
+
+    # The whole class without a clone: the module at the commit of record through the API.
+    for key, sha in shas.items():
+        data = subprocess.run(["git", "show", f"{sha}:{LAB}.py"], cwd=root / f"lab-00-{key[:-1]}",
+                              capture_output=True, check=True).stdout
+        fake.add_file(f"course/lab-00-{key[:-1]}", f"{LAB}.py", sha, data)
+    assert main(["class", "regrade", "--org", "course", "--prefix", "lab-00-", "--lab", LAB,
+                 "--pristine", str(exports[LAB]), "--gradebook", str(book), "--json", str(out),
+                 "--no-insight"]) == 0
+    rows = {r[0]: r for r in _rows(book)[1:]}
+    assert [rows[s][2] for s in ("ada", "grace", "linus")] == ["10", "10", "10"]
+    assert rows["ada"][5] == shas["ada2"] and "1 day(s) late" in rows["ada"][6]
+    finals = tmp_path / "course.csv"
+    assert main(["gradebook", str(out), "--out", str(finals)]) == 0
+    ada = next(r for r in _rows(finals)[1:] if r[0] == "ada")
+    assert ada[8] == "9.5" and ada[11] == "10/10; 1 late day(s), 1 charged x 5% = 5% off; 9.5/10"
