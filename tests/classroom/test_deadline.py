@@ -550,6 +550,19 @@ def test_due_dates_are_read_exported_and_used_by_the_insight_page(tmp_path, kit_
                                  today=date(2026, 11, 21))["stuck"] == []
 
 
+@pytest.mark.parametrize("url, expected", [
+    ("https://github.com/course/lab-05-ada.git", ("course", "lab-05-ada")),
+    ("https://x-access-token:secret@github.com/course/lab-05-ada", ("course", "lab-05-ada")),
+    ("git@github.com:course/lab-05-ada.git", ("course", "lab-05-ada")),
+    ("https://gitlab.com/course/lab-05-ada.git", None),
+    ("/srv/git/lab-05-ada.git", None),
+])
+def test_the_github_repository_of_a_clone(tmp_path, url, expected):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "remote", "add", "origin", url], check=True)
+    assert deadline.github_remote(tmp_path) == expected
+
+
 def test_the_commit_is_read_from_the_object_store_without_attributes_or_links(tmp_path):
     repo = _clone(tmp_path, "eve")
     (repo / ".gitattributes").write_text(f"{LAB}.py export-ignore\n*.py filter=nope\n")
@@ -617,10 +630,14 @@ def test_the_commands_regrade_at_the_deadline_and_a_whole_class(klass, exports, 
         f"  id: {LAB}\n", f"  id: {LAB}\n  due: '2026-11-20T23:59:00+01:00'\n  late_days: 2\n"))
     monkeypatch.chdir(tmp_path / "course")
     monkeypatch.setattr(github, "urllib_transport", fake.transport)
-    monkeypatch.setenv("GH_TOKEN", "t")
     book, out = tmp_path / "gb.csv", tmp_path / "lab00.json"
     common = ["--lab", LAB, "--prefix", "lab-00-", "--pristine", str(exports[LAB]),
               "--gradebook", str(book), "--json", str(out), "--no-insight"]
+    monkeypatch.delenv("GH_TOKEN", raising=False)
+    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
+    assert main(["regrade", str(root), "--at-deadline", "--github", *common]) != 0
+    assert "export GH_TOKEN" in capsys.readouterr().err and not book.exists()
+    monkeypatch.setenv("GH_TOKEN", "t")
     assert main(["regrade", str(root), "--at-deadline", "--github", *common]) == 0
     rows = {r[0]: r for r in _rows(book)[1:]}
     assert rows["ada"][5] == shas["ada2"] and rows["grace"][5] == shas["grace1"]

@@ -149,12 +149,21 @@ def _write_rows(pairs, gradebook: Path, json_path: str | None, insight: bool) ->
               + (" ..." if len(fallback) > 10 else ""), file=sys.stderr)
 
 
-def _regrade_at_deadline(ns, path: Path, pristine, options) -> int:
+def _client():
     from msda_labs.classroom.github import GitHub
+
+    client = GitHub()
+    if not client.token:
+        raise KitError("GitHub's API needs a token that can read the students' repositories "
+                       "(Contents, Metadata and Actions: read): export GH_TOKEN=...")
+    return client
+
+
+def _regrade_at_deadline(ns, path: Path, pristine, options) -> int:
     from msda_labs.classroom.record import regrade_folder_at_deadline
     from msda_labs.classroom.regrade import RegradeError
 
-    client = GitHub() if ns.github else None
+    client = _client() if ns.github else None
     try:
         pairs = regrade_folder_at_deadline(path, lab=ns.lab, prefix=ns.prefix, pristine=pristine,
                                            client=client, progress=_progress, **options)
@@ -179,10 +188,8 @@ def _class_lab(lab_id: str):
 
 
 def _cmd_class(ns) -> int:
-    from msda_labs.classroom.github import GitHub
-
     lab = _class_lab(ns.lab)
-    client = GitHub()
+    client = _client()
     if ns.action == "plan":
         from msda_labs.classroom.classwide import resolve_class, write_plan
 

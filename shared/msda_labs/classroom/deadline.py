@@ -16,6 +16,7 @@ commit dates are used instead, and the result says so in a warning that every re
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -193,7 +194,7 @@ def github_remote(checkout: Path) -> tuple[str, str] | None:
     """``(owner, repo)`` of a clone whose ``origin`` is on github.com, else None."""
     proc = subprocess.run(["git", "-C", str(checkout), "remote", "get-url", "origin"],
                           capture_output=True, text=True)
-    url = proc.stdout.strip()
+    url = re.sub(r"^https://[^/@]*@", "https://", proc.stdout.strip())  # a token in the URL
     for prefix in ("https://github.com/", "git@github.com:", "ssh://git@github.com/"):
         if url.startswith(prefix):
             path = url[len(prefix):].removesuffix("/").removesuffix(".git")
