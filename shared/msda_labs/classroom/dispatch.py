@@ -37,7 +37,9 @@ from msda_labs.grading.integrity import summary
 __all__ = ["DispatchError", "DispatchEntry", "MAX_SUBMISSIONS", "parse_lab", "parse_submissions",
            "plan", "gradebook_rows", "render_summary", "main"]
 
-# GitHub runs at most 256 jobs from one matrix.
+# GitHub runs at most 256 jobs from one matrix ("Actions limits",
+# https://docs.github.com/en/actions/reference/limits); a larger class is split over several
+# runs by msda_labs.classroom.classwide.
 MAX_SUBMISSIONS = 256
 
 _LAB = re.compile(r"^lab[0-9]{2}$")
@@ -136,7 +138,9 @@ def parse_submissions(text: str) -> list[DispatchEntry]:
                             "spaces or newlines")
     if len(entries) > MAX_SUBMISSIONS:
         raise DispatchError(f"{len(entries)} submissions: at most {MAX_SUBMISSIONS} per run (one "
-                            f"job each); split the list over several runs")
+                            f"job each, and a matrix runs at most 256 jobs); split the list over "
+                            f"several runs (`python -m msda_labs class plan` lists a class and "
+                            f"splits it for you)")
     parsed = [_parse_entry(e) for e in entries]
     seen: dict[tuple[str, str, str], str] = {}
     for entry, (owner, repo, ref) in zip(entries, parsed):
