@@ -664,3 +664,22 @@ def test_the_commands_regrade_at_the_deadline_and_a_whole_class(klass, exports, 
     assert main(["gradebook", str(out), "--out", str(finals)]) == 0
     ada = next(r for r in _rows(finals)[1:] if r[0] == "ada")
     assert ada[8] == "9.5" and ada[11] == "10/10; 1 late day(s), 1 charged x 5% = 5% off; 9.5/10"
+
+
+def test_a_checkout_that_could_not_be_graded_is_reported_not_dropped(course, tmp_path):
+    manifest, _, roster = course
+    listing = _write(tmp_path, "lab05.json", json.dumps([
+        {"student": "ada", "lab": "lab05", "commit": "", "note": "", "result":
+            {"lab": "lab05", "score": 40, "max_score": 40}},
+        # failed before its lab was known: the file's one lab
+        {"student": "barbara", "lab": "", "commit": "", "note": "not a git clone",
+         "result": None}]))
+    assert [(e.student, e.lab, e.score) for e in read_entries([listing])] == \
+        [("ada", "lab05", 40.0), ("barbara", "lab05", None)]
+    out = tmp_path / "moodle.csv"
+    assert main(["gradebook", str(listing), "--format", "moodle", "--roster", str(roster),
+                 "--manifest", str(manifest), "--out", str(out)]) == 0
+    problems = _rows(tmp_path / "moodle-problems.csv")[1:]
+    assert ["not graded", "barbara", "lab05", "not a git clone"] in problems
+    assert ["no repository", "Grace"] == problems[-1][:2]
+    assert {r[3]: r[5] for r in _rows(out)[1:]}["barbara@uni.example"] == ""

@@ -87,12 +87,15 @@ def read_entries(paths: list[Path]) -> list[LabEntry]:
             data = json.loads(Path(path).read_text())
         except (OSError, ValueError) as exc:
             raise GradesError(f"{path}: not a regrade --json list ({exc})") from None
-        if not isinstance(data, list):
+        if not isinstance(data, list) or not all(isinstance(i, dict) for i in data):
             raise GradesError(f"{path}: not a regrade --json list (a JSON list of entries)")
+        # A checkout that failed before its lab was known has none: the file's one lab.
+        labs = {i.get("lab") or (i.get("result") or {}).get("lab") for i in data} - {None, ""}
         for item in data:
             result = item.get("result") or {}
             record = item.get("record") or {}
-            lab = item.get("lab") or result.get("lab") or ""
+            lab = item.get("lab") or result.get("lab") or (next(iter(labs)) if len(labs) == 1
+                                                             else "")
             student = item.get("student", "")
             if not student or not lab:
                 raise GradesError(f"{path}: an entry without a student or a lab: {item!r:.200}")

@@ -128,6 +128,10 @@ def _problems(finals: list[FinalGrade], roster: list[RosterEntry] | None,
                              f"{final.entry.student}): add them to the roster to export"])
         else:
             matched[final.entry.student] = entry
+        if final.score is None:
+            problems.append(["not graded", login, final.entry.lab,
+                             final.entry.note or "the regrade could not grade it: no score "
+                                                 "exported (the LMS keeps what it has)"])
     for r in roster:
         if r.github.lower() not in graded_logins:
             problems.append(["no repository", r.github, "",

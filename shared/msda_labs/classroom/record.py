@@ -65,7 +65,7 @@ def regrade_folder_at_deadline(folder: Path, *, lab: str | None = None, prefix: 
         cache: dict[str, Path] = {}
         for clone in clones:
             student = _student(clone.name, prefix)
-            record = None
+            record, lab_id = None, lab or ""
             try:
                 lab_id = detect_lab(clone, lab)
                 info = lab_info or _lab(lab_id)
@@ -85,9 +85,9 @@ def regrade_folder_at_deadline(folder: Path, *, lab: str | None = None, prefix: 
                         source = cache[lab_id]
                     row = _graded_row(student, lab_id, record, tree, source, options)
             except (KitError, ValueError, OSError) as exc:
-                row = _failed_row(student, lab or "", record.sha if record else "", str(exc))
+                row = _failed_row(student, lab_id, record.sha if record else "", str(exc))
             except Exception as exc:  # noqa: BLE001 - one clone never stops the class
-                row = _failed_row(student, lab or "", record.sha if record else "",
+                row = _failed_row(student, lab_id, record.sha if record else "",
                                   f"the regrade failed on this clone ({type(exc).__name__}: "
                                   f"{str(exc)[:300]})")
             out.append((row, record.to_dict() if record else None))
