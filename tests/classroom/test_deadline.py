@@ -683,3 +683,15 @@ def test_a_checkout_that_could_not_be_graded_is_reported_not_dropped(course, tmp
     assert ["not graded", "barbara", "lab05", "not a git clone"] in problems
     assert ["no repository", "Grace"] == problems[-1][:2]
     assert {r[3]: r[5] for r in _rows(out)[1:]}["barbara@uni.example"] == ""
+
+
+def test_a_detached_clone_is_judged_on_origins_default_branch(tmp_path):
+    repo = _clone(tmp_path, "dee")
+    _commit(repo, CHIP, "2026-11-01T10:00:00+00:00", "one")
+    subprocess.run(["git", "checkout", "-q", "--detach"], cwd=repo, check=True)
+    assert deadline._branch_of(repo) == "main"
+    subprocess.run(["git", "update-ref", "refs/remotes/origin/trunk", "HEAD"], cwd=repo,
+                   check=True)
+    subprocess.run(["git", "symbolic-ref", "refs/remotes/origin/HEAD",
+                    "refs/remotes/origin/trunk"], cwd=repo, check=True)
+    assert deadline._branch_of(repo) == "trunk"

@@ -204,6 +204,16 @@ def github_remote(checkout: Path) -> tuple[str, str] | None:
     return None
 
 
+def _branch_of(checkout: Path) -> str:
+    """The clone's branch; for a detached head, origin's default branch (else ``main``)."""
+    branch = _git(checkout, "rev-parse", "--abbrev-ref", "HEAD").strip()
+    if branch != "HEAD":
+        return branch
+    proc = subprocess.run(["git", "-C", str(checkout), "symbolic-ref", "--short",
+                           "refs/remotes/origin/HEAD"], capture_output=True, text=True)
+    return proc.stdout.strip().removeprefix("origin/") if proc.returncode == 0 else "main"
+
+
 def local_record(checkout: Path, due: datetime | None, cutoff: datetime | None, *,
                  client=None, branch: str | None = None) -> CommitOfRecord:
     """The commit of record of a local clone: from GitHub's server times when ``client`` is
@@ -215,7 +225,7 @@ def local_record(checkout: Path, due: datetime | None, cutoff: datetime | None, 
                             f"commit of record from")
     remote = github_remote(checkout) if client is not None else None
     if remote is not None:
-        branch = branch or _git(checkout, "rev-parse", "--abbrev-ref", "HEAD").strip()
+        branch = branch or _branch_of(checkout)
         head = _git(checkout, "rev-parse", "HEAD").strip()
         record = server_record(client, *remote, branch, due, cutoff, head=head)
         if record.found and subprocess.run(
