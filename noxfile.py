@@ -1,7 +1,9 @@
 """Sessions of the MSDA Triton course kit.
 
     nox -s lab05          grade lab 05 in place (CPU stages: plain torch, interpreter, AOT)
-    nox -s lab05-gpu      the GPU stage of lab 05 (local CUDA, else Modal with your account)
+    nox -s lab05-gpu      the GPU stage of lab 05 (local CUDA, else Modal with your account);
+                          only the labs with a GPU stage in classroom.yml have one
+    nox -s progress       where you stand across the whole ladder of this checkout
     nox -s selftest       the kit's own tests: every lab's grader proven on chips and mutants
     nox -s quick          the self-test's quick tier (under 3 minutes): sync, imports, units,
                           one lab per stage kind; reuses the selftest session's environment
@@ -12,6 +14,11 @@
     nox -s workflows      every shipped workflow end to end under act (a real Actions runner)
 
 Arguments after ``--`` go to the grader, e.g. ``nox -s lab05 -- --task 5.2``.
+
+Every lab session and ``progress`` share one environment, ``.venv`` at the root (built once;
+pip runs again only when requirements.txt or shared/pyproject.toml change, see
+shared/msda_labs/labenv.py). It is also the environment that runs a lab by hand:
+``.venv/bin/python lab-05-forward-correct/lab05.py`` (or ``source .venv/bin/activate``).
 """
 
 from __future__ import annotations
@@ -54,16 +61,49 @@ def _install(session: nox.Session, requirements: str = "requirements.txt") -> No
     session.install("-e", str(ROOT / "shared"))
 
 
+def _load_by_path(name: str, relative: str):
+    """A standard-library module of the package, loaded by its path (nothing is installed yet)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "shared" / "msda_labs" / relative)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The lab sessions' one environment also serves `progress` (its HTML page needs jinja2).
+LAB_EXTRAS = ("jinja2==3.1.6",)
+
+
+def _lab_python(session: nox.Session) -> str:
+    """The shared lab environment's interpreter (``.venv``): built on first use, pip only when
+    the pins changed (shared/msda_labs/labenv.py)."""
+    labenv = _load_by_path("_msda_labenv", "labenv.py")
+    python = labenv.ensure(ROOT, lambda cmd: session.run(*cmd, external=True),
+                           extras=LAB_EXTRAS, index_args=_torch_index_args, log=session.log)
+    return str(python)
+
+
+def _gpu_labs() -> set[str]:
+    """The labs whose entry in classroom.yml has a gpu stage (read as text: no yaml here)."""
+    import re
+
+    found, lab = set(), None
+    for line in (ROOT / "classroom.yml").read_text().splitlines():
+        match = re.match(r"\s*- id:\s*(lab\d\d)\s*$", line)
+        if match:
+            lab = match.group(1)
+        elif lab and re.search(r"name:\s*gpu\b", line):
+            found.add(lab)
+    return found
+
+
 def _gpu_runner(lab: str) -> str:
     """Decide "local" or "modal" before anything is installed (where.py needs only the standard
     library); with neither, print the how-to-enable message and exit with status 2 at once."""
-    import importlib.util
     import sys
 
-    spec = importlib.util.spec_from_file_location(
-        "_msda_gpu_where", ROOT / "shared" / "msda_labs" / "gpu" / "where.py")
-    where = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(where)
+    where = _load_by_path("_msda_gpu_where", "gpu/where.py")
     try:
         return where.route(lab, use_torch=False)
     except where.GpuUnavailable as exc:
@@ -80,34 +120,38 @@ def _install_cuda(session: nox.Session) -> None:
     session.install("-e", str(ROOT / "shared"))
 
 
-def _grade(session: nox.Session, lab: str, stage: str) -> None:
-    if stage == "gpu" and _gpu_runner(lab) == "local":
+def _grade_gpu(session: nox.Session, lab: str) -> None:
+    """The GPU stage, in a nox virtualenv of its own: local CUDA needs PyPI's CUDA build of
+    torch, not the CPU build the lab environment holds."""
+    if _gpu_runner(lab) == "local":
         _install_cuda(session)
     else:
         _install(session)
-    if stage == "gpu":
-        session.install("modal==1.6.4", "matplotlib==3.11.2")
-    session.run("python", "-m", "msda_labs", "grade", lab, "--stage", stage,
-                "--json", str(ROOT / f"{lab}{'-gpu' if stage == 'gpu' else ''}.grade.json"),
-                *session.posargs)
+    session.install("modal==1.6.4", "matplotlib==3.11.2")
+    session.run("python", "-m", "msda_labs", "grade", lab, "--stage", "gpu",
+                "--json", str(ROOT / f"{lab}-gpu.grade.json"), *session.posargs)
 
 
-def _make_lab_sessions(lab: str) -> None:
-    @nox.session(name=lab, default=False)
+def _make_lab_sessions(lab: str, has_gpu: bool) -> None:
+    @nox.session(name=lab, default=False, venv_backend="none")
     def grade_cpu(session: nox.Session) -> None:
-        _grade(session, lab, "cpu")
+        session.run(_lab_python(session), "-m", "msda_labs", "grade", lab, "--stage", "cpu",
+                    "--json", str(ROOT / f"{lab}.grade.json"), *session.posargs, external=True)
 
-    grade_cpu.__doc__ = f"Grade {lab} (the stages that need no GPU)."
+    grade_cpu.__doc__ = f"Grade {lab} (the stages that need no GPU), in the shared .venv."
+    if not has_gpu:
+        return
 
     @nox.session(name=f"{lab}-gpu", default=False)
     def grade_gpu(session: nox.Session) -> None:
-        _grade(session, lab, "gpu")
+        _grade_gpu(session, lab)
 
     grade_gpu.__doc__ = f"Grade the GPU stage of {lab} (local CUDA, else Modal)."
 
 
+_GPU_LABS = _gpu_labs()
 for _lab in LABS:
-    _make_lab_sessions(_lab)
+    _make_lab_sessions(_lab, _lab in _GPU_LABS)
 
 
 @nox.session
@@ -238,11 +282,10 @@ def workflows(session: nox.Session) -> None:
 
 
 # ---- progress: one learner's ladder in one checkout ---------------------------------
-@nox.session(default=False)
+@nox.session(default=False, venv_backend="none")
 def progress(session: nox.Session) -> None:
     """Where you stand across the labs of this checkout: score, status, next task and what each
     lab runs on; unchanged labs come from the cache in .progress/ (``-- --html progress.html``,
-    ``-- --refresh``, ``-- lab04``)."""
-    _install(session)
-    session.install("jinja2==3.1.6")
-    session.run("python", "-m", "msda_labs", "progress", *session.posargs)
+    ``-- --refresh``, ``-- lab04``). Runs in the labs' shared .venv."""
+    session.run(_lab_python(session), "-m", "msda_labs", "progress", *session.posargs,
+                external=True)
