@@ -540,14 +540,20 @@ def test_due_dates_are_read_exported_and_used_by_the_insight_page(tmp_path, kit_
 
     monkeypatch.chdir(tmp_path / "course")
     assert insight.manifest_due() == {"lab05": date(2026, 11, 20)}
-    result = GradeResult("lab01", stages=["cpu"])
-    result.exercises = [ExerciseResult("1.1", "t", [Verdict("test_t", "passed", 1, 1, "")])]
-    data = insight.build_insight([insight.Graded("ada", "lab01", result, "")],
-                                 today=date(2026, 11, 21))
+
+    def graded(student, lab):
+        result = GradeResult(lab, stages=["cpu"])
+        result.exercises = [ExerciseResult("1.1", "t", [Verdict("test_t", "passed", 1, 1, "")])]
+        return insight.Graded(student, lab, result, "")
+
+    both = [graded("ada", "lab01"), graded("grace", "lab05")]
+    data = insight.build_insight(both, today=date(2026, 11, 21))
     assert data["stuck"] == [{"student": "ada",
                               "reasons": ["lab05 not attempted (due 2026-11-20)"]}]
-    assert insight.build_insight([insight.Graded("ada", "lab01", result, "")], due={},
-                                 today=date(2026, 11, 21))["stuck"] == []
+    assert insight.build_insight(both, today=date(2026, 11, 19))["stuck"] == []  # not yet due
+    assert insight.build_insight(both, due={}, today=date(2026, 11, 21))["stuck"] == []
+    # A page of lab01 alone never calls anyone stuck on lab05.
+    assert insight.build_insight(both[:1], today=date(2026, 11, 21))["stuck"] == []
 
 
 @pytest.mark.parametrize("url, expected", [

@@ -315,7 +315,7 @@ def _cmd_report(ns) -> int:
 def _cmd_insight(ns) -> int:
     from datetime import date
 
-    from msda_labs.classroom.insight import collect, manifest_due, parse_due
+    from msda_labs.classroom.insight import collect, parse_due
     from msda_labs.classroom.insight_page import write_insight
 
     try:
@@ -323,7 +323,7 @@ def _cmd_insight(ns) -> int:
     except ValueError:
         raise KitError(f"--today {ns.today!r}: give a date YYYY-MM-DD") from None
     graded = collect(ns.paths)
-    due = {**manifest_due(), **parse_due(ns.due)}  # --due overrides classroom.yml's dates
+    due = parse_due(ns.due) or None  # None: classroom.yml's dates of the labs graded
     written = write_insight(graded, ns.out, due=due, threshold=ns.threshold,
                             today=today, handouts=ns.handouts)
     print(f"insight: {len(graded)} graded result(s) of "
@@ -499,7 +499,8 @@ def _add_insight(subparsers, raw) -> None:
                    help="the page to write (default insight.html); JSON and CSV go beside it")
     i.add_argument("--due", action="append", metavar="LAB=DATE",
                    help="a lab due by a date (labNN=YYYY-MM-DD), repeatable: a student without "
-                        "an attempt at it is stuck (default: the due dates of classroom.yml)")
+                        "an attempt at it is stuck (default: the due dates classroom.yml gives "
+                        "the labs graded)")
     i.add_argument("--threshold", type=float, default=0.5, metavar="F",
                    help="a student below this share of a lab's points is stuck (default 0.5)")
     i.add_argument("--today", metavar="DATE", help="the day to judge due dates by (default today)")

@@ -224,7 +224,8 @@ def build_insight(graded: list[Graded], *, due: dict[str, date] | None = None,
     Args:
         graded: the class's results (:func:`collect`).
         due: labs due by a date; a student with no attempt at a lab due on or before ``today``
-            is stuck. None: the due dates of classroom.yml (:func:`manifest_due`).
+            is stuck. None: the due dates classroom.yml gives the labs graded here
+            (:func:`manifest_due`; a regrade of one lab never calls a student stuck on another).
         threshold: a student below this share of a lab's points is stuck too (0..1).
         today: the day the report is about (default: today).
         handouts: a base URL of the lab folders, for the hint links (default: the kit's
@@ -233,12 +234,13 @@ def build_insight(graded: list[Graded], *, due: dict[str, date] | None = None,
     """
     if not 0 <= threshold <= 1:
         raise InsightError(f"--threshold {threshold}: give a share of the points between 0 and 1")
-    due = manifest_due() if due is None else due
     today = today or date.today()
     catalogue = _catalogue_sentences()
     by_lab: dict[str, list[Graded]] = {}
     for item in graded:
         by_lab.setdefault(item.lab, []).append(item)
+    if due is None:
+        due = {lab: day for lab, day in manifest_due().items() if lab in by_lab}
     labs = [_lab_summary(lab_id, by_lab[lab_id], catalogue,
                          _hint_link(handouts, _lab_meta(lab_id)[1], out_dir), due.get(lab_id))
             for lab_id in sorted(by_lab)]
