@@ -457,6 +457,25 @@ def test_a_class_of_1000_is_planned_in_dispatches_of_at_most_256(thousand, tmp_p
     # 11 pages of repositories, then two lists (runs, events) per student's repository
     assert len(thousand.requests) == 11 + 2 * 1000
 
+    # --dispatch runs the script: one `gh workflow run` per list (a stand-in gh records them)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "gh").write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\0" "$a"; done '
+                                f'>> {tmp_path}/gh.calls\nprintf "\\036" >> {tmp_path}/gh.calls\n')
+    (bin_dir / "gh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    assert main(["class", "plan", "--org", "course", "--prefix", "lab-05-", "--lab", "lab05",
+                 "--out", str(tmp_path / "plan2"), "--dispatch"]) == 0
+    calls = [call.rstrip("\0").split("\0")
+             for call in (tmp_path / "gh.calls").read_text().split("\036") if call]
+    assert len(calls) == 4
+    sent = []
+    for call in calls:
+        assert call[:7] == ["workflow", "run", "regrade.yml", "-f", "lab=lab05", "-f", "gpu=false"]
+        assert call[7] == "-f" and call[8].startswith("submissions=")
+        sent += dispatch.parse_submissions(call[8].removeprefix("submissions="))
+    assert {s.label for s in sent} == expected
+
 
 # ------------------------------------------------------------------ the manifest's due dates
 

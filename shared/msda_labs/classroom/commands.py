@@ -203,7 +203,16 @@ def _cmd_class(ns) -> int:
         print(f"{summary['listed']} repositories listed, {summary['planned']} planned in "
               f"{len(summary['dispatches'])} dispatch(es) of {summary['dispatches']}, "
               f"{summary['unresolved']} unresolved ({ns.out}/unresolved.csv); "
-              f"{client.calls} API calls. Run: sh {ns.out}/dispatch.sh")
+              f"{client.calls} API calls."
+              + ("" if ns.dispatch else f" Run: sh {ns.out}/dispatch.sh"))
+        if ns.dispatch:
+            import subprocess
+
+            proc = subprocess.run(["sh", "dispatch.sh"], cwd=ns.out)
+            if proc.returncode != 0:
+                raise KitError(f"{ns.out}/dispatch.sh stopped (exit {proc.returncode}): the "
+                               f"runs it started are queued; see `gh run list -w regrade.yml`")
+            print(f"dispatched {len(summary['dispatches'])} run(s) of the regrade workflow")
         return 0
     from msda_labs.classroom.record import regrade_class
 
@@ -442,6 +451,8 @@ def _add_class(subparsers, raw) -> None:
     c.add_argument("--size", type=int, default=256,
                    help="plan: submissions per dispatch (at most 256, one matrix)")
     c.add_argument("--gpu", action="store_true", help="plan: dispatch with the GPU stage")
+    c.add_argument("--dispatch", action="store_true",
+                   help="plan: then run dispatch.sh (gh workflow run, one per dispatch list)")
     c.add_argument("--gradebook", default="gradebook.csv", metavar="CSV", help="regrade")
     c.add_argument("--json", metavar="OUT", help="regrade: every result and record")
     c.add_argument("--no-insight", action="store_true", help="regrade: no insight page")
