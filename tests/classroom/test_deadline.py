@@ -720,3 +720,28 @@ def test_a_detached_clone_is_judged_on_origins_default_branch(tmp_path):
     subprocess.run(["git", "symbolic-ref", "refs/remotes/origin/HEAD",
                     "refs/remotes/origin/trunk"], cwd=repo, check=True)
     assert deadline._branch_of(repo) == "trunk"
+
+
+def test_the_token_never_follows_a_redirect_off_the_api_host():
+    import urllib.request
+
+    from msda_labs.classroom.github import GitHubError, _SameHost
+
+    request = urllib.request.Request("https://api.github.com/repos/c/r/events",
+                                     headers={"Authorization": "Bearer secret"})
+    with pytest.raises(GitHubError, match="not followed"):
+        _SameHost().redirect_request(request, None, 302, "Found", {}, "https://elsewhere.example/")
+    with pytest.raises(GitHubError, match="not followed"):
+        _SameHost().redirect_request(request, None, 302, "Found", {},
+                                     "http://api.github.com/repos/c/r/events")
+    moved = _SameHost().redirect_request(request, None, 301, "Moved", {},
+                                         "https://api.github.com/repositories/7/events")
+    assert moved.full_url.endswith("/repositories/7/events")
+    client = GitHub("secret", transport=lambda url, headers: (200, {}, b"[]"))
+    with pytest.raises(GitHubError, match="not under"):
+        client.get("https://elsewhere.example/x")
+
+
+def test_regrade_at_the_deadline_of_a_lab_without_a_due_date_stops_first(tmp_path, capsys):
+    assert main(["regrade", str(tmp_path), "--at-deadline", "--lab", LAB]) != 0
+    assert "has no due date in classroom.yml" in capsys.readouterr().err

@@ -163,6 +163,8 @@ def _regrade_at_deadline(ns, path: Path, pristine, options) -> int:
     from msda_labs.classroom.record import regrade_folder_at_deadline
     from msda_labs.classroom.regrade import RegradeError
 
+    if ns.lab:
+        _class_lab(ns.lab)  # no due date: stop before any clone is read
     client = _client() if ns.github else None
     try:
         pairs = regrade_folder_at_deadline(path, lab=ns.lab, prefix=ns.prefix, pristine=pristine,

@@ -55,11 +55,23 @@ class GitHubError(KitError, RuntimeError):
     """A GitHub API call failed; the message names the call and GitHub's answer."""
 
 
+class _SameHost(urllib.request.HTTPRedirectHandler):
+    """Follow a redirect only to the same https host: the token never leaves api.github.com."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        old, new = urllib.parse.urlsplit(req.full_url), urllib.parse.urlsplit(newurl)
+        if new.scheme != "https" or new.netloc != old.netloc:
+            raise GitHubError(f"GET {old.path}: redirected to {new.scheme}://{new.netloc}, "
+                              f"not followed")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
 def urllib_transport(url: str, headers: dict) -> tuple[int, dict, bytes]:
     """The real network (only used outside the tests)."""
     request = urllib.request.Request(url, headers=headers)
+    opener = urllib.request.build_opener(_SameHost)
     try:
-        with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - https only
+        with opener.open(request, timeout=60) as response:
             return response.status, dict(response.headers.items()), response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, dict(exc.headers.items()), exc.read()
