@@ -39,9 +39,66 @@ def racy_rule(idx: torch.Tensor, n_bins: int, block: int) -> torch.Tensor:
     return out
 
 
+def _by_program(idx: torch.Tensor, n_bins: int, program: torch.Tensor) -> torch.Tensor:
+    """One +1 per (program, distinct bin) pair, for any assignment of elements to programs."""
+    held = torch.zeros(int(program.max()) + 1 if program.numel() else 1, n_bins)
+    held[program, idx] = 1.0
+    return held.sum(0)
+
+
+def wrong_models(idx: torch.Tensor, n_bins: int, block: int) -> dict:
+    """The known wrong models of the race, {name: what that model predicts}: every graded case
+    must tell each of them from the rule (see :func:`separating_indices`)."""
+    n = idx.numel()
+    programs = cdiv(n, block)
+    pos = torch.arange(n)
+    exact = torch.bincount(idx, minlength=n_bins).float()
+    models = {
+        "exact": exact,
+        "one_block": (exact > 0).float(),
+        "strided": _by_program(idx, n_bins, pos % programs),
+        "clamped": exact.clamp(max=programs),
+        "block_minus_1": _by_program(idx, n_bins, pos // max(block - 1, 1)),
+        "block_plus_1": _by_program(idx, n_bins, pos // (block + 1)),
+    }
+    pow2 = 1 << (block - 1).bit_length()
+    if pow2 != block:
+        models["pow2_block"] = _by_program(idx, n_bins, pos // pow2)
+    return models
+
+
+def separating_indices(n: int, n_bins: int, block: int, seed: int,
+                       skew: bool = False) -> torch.Tensor:
+    """Seeded indices for a graded case of Task 8.1 on which the racy histogram is not the same
+    count in every bin (so no answer computed from the sizes alone is right) and differs from
+    every known wrong model of the race: the first of the seeds ``seed``, ``seed + 1000``, ...
+    that draws such indices (with the run's salt, the draw changes; the property does not)."""
+    for attempt in range(64):
+        idx = seeded_indices(n, n_bins, seed + 1000 * attempt, skew)
+        rule = racy_rule(idx, n_bins, block)
+        if bool((rule == rule[0]).all()):
+            continue
+        if all(not torch.equal(model, rule) for model in wrong_models(idx, n_bins, block).values()):
+            return idx
+    raise RuntimeError(f"grader self-check: no seed gives {n} indices into {n_bins} bins with "
+                       f"BLOCK={block} that tell the race from its wrong models")
+
+
 def racy_variants(idx: torch.Tensor, n_bins: int, block: int) -> dict:
     exact = torch.bincount(idx, minlength=n_bins).float()
+    programs = cdiv(idx.numel(), block)
+    models = wrong_models(idx, n_bins, block)
     return {
+        "strided": (models["strided"], f"elements dealt out to the {programs} programs in turn "
+                    f"(element i to program i % {programs}); program pid holds the contiguous "
+                    f"block of elements pid * BLOCK to pid * BLOCK + BLOCK - 1"),
+        "clamped": (models["clamped"], f"the exact histogram capped at the {programs} programs: "
+                    f"a bin counts one +1 per program that holds it, however many of its "
+                    f"elements a program holds and whichever programs hold none"),
+        "programs_everywhere": (torch.full((n_bins,), float(programs)),
+                                f"{programs} (the number of programs) in every bin: that is only "
+                                f"right when every program holds every bin; count the programs "
+                                f"that hold each bin in idx"),
         "exact": (exact, "an exact histogram: the interpreter runs one program after another, "
                   "but the lanes of one program load, add and store together, so lanes of one "
                   "block that share a bin collapse into a single +1"),

@@ -137,12 +137,16 @@ def msda_probe(module, case, dtype_name, flag="auto", backward=True, starts_none
 
 
 def validate_probe(module, cases, entry="validate_inputs", outside_interpreter=False):
-    """``entry`` on the args of each (label, args) of ``cases``: the outcomes, in order."""
+    """``entry`` on the args of each (label, args) of ``cases``: the outcomes, in order.
+
+    ``outside_interpreter``: switch the interpreter off first; ``"fresh"`` then re-runs the module
+    (so that even a decision it took at import time sees the change), ``"as_imported"`` keeps
+    the module as it was imported under the interpreter (a decision taken at import still says
+    "interpreter"). Only validation runs after this; no kernel is launched."""
     if outside_interpreter:
-        # As if there were no interpreter: re-run the module so that even a decision it took at
-        # import time sees the change. Only validation runs after this; no kernel is launched.
         os.environ["TRITON_INTERPRET"] = "0"
-        module = fresh_copy(module)
+        if outside_interpreter != "as_imported":
+            module = fresh_copy(module)
     dev = "cpu" if outside_interpreter else runtime.device()
     moved = [[a.to(dev) if isinstance(a, torch.Tensor) else a for a in args] for _, args in cases]
     return [outcome(getattr(module, entry), *args) for args in moved]

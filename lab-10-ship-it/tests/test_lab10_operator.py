@@ -173,7 +173,17 @@ def test_validate_dtypes(submission):
 @pytest.mark.task("10.2", points=1)
 def test_validate_device_outside_the_interpreter(submission):
     _refused(submission, [("CPU tensors with no interpreter to run them", _inputs(),
-                           ["value", "cuda", "cpu"])], outside_interpreter=True)
+                           ["value", "cuda", "cpu"])], outside_interpreter="fresh")
+
+
+@pytest.mark.task("10.2", points=1)
+def test_validate_decides_interpreter_or_not_when_called(submission):
+    # Imported under the interpreter, then the interpreter switched off, the module left as it
+    # was: a decision taken at import (a module-level flag) still lets CPU tensors through.
+    _refused(submission, [("CPU tensors, the interpreter switched off after the module was "
+                           "imported (decide when validate_inputs is called, not at import)",
+                           _inputs(), ["value", "cuda", "cpu"])],
+             outside_interpreter="as_imported")
 
 
 # -- Task 10.3: msda -----------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from kit import (
     run_grade,
 )
 
-from msda_labs.authoring.handout import collect_rules
+from msda_labs.authoring.handout import collect_rules, entry_tests, rules_map
 from msda_labs.grading.diagnosis import diagnose
 from msda_labs.grading.results import GradeResult
 
@@ -49,6 +49,16 @@ def _enforcing_tests(lab_id: str) -> dict[str, list[str]]:
     return rules
 
 
+def _handout_rows(lab_id: str, mutant_id: str) -> list[tuple[str, list[str]]]:
+    """[(row, its tests)] of the rows of ``lab_id``'s handout rules table that name
+    ``mutant_id`` as breaking them (tests/mutants/rules.yaml)."""
+    rows = []
+    for entry in rules_map(ROOT).get(lab_id) or ():
+        if mutant_id in (entry.get("mutants") or ()):
+            rows.append((entry["row"], entry_tests(entry, _enforcing_tests(lab_id))))
+    return rows
+
+
 @pytest.mark.parametrize("lab", lab_ids())
 def test_each_lab_has_a_mutant_library(lab):
     library = mutants(lab)
@@ -75,6 +85,14 @@ def test_mutant_loses_points(mutant, tmp_path: Path):
             assert lost & set(enforcing.get(rule, ())), (
                 f"mutant {mutant.id} breaks {rule!r}, but none of the tests marked with that rule "
                 f"in {mutant.lab} ({enforcing.get(rule, [])}) lost points; lost: {sorted(lost)}")
+    # A handout's rules-table row that names this mutant as breaking it: the mutant loses points
+    # in one of the tests the row says enforce it ("*": any test of the lab).
+    lost = {test["name"].split("[")[0] for _, test in all_tests(result)
+            if test["score"] < test["max_score"]}
+    for row, tests in _handout_rows(mutant.lab, mutant.id):
+        assert lost and ("*" in tests or lost & set(tests)), (
+            f"mutant {mutant.id} breaks the handout's rule {row!r}, but none of its tests "
+            f"({tests}) lost points; lost: {sorted(lost)}")
     if mutant.expect:
         text = messages(result)
         assert mutant.expect.lower() in text.lower(), (

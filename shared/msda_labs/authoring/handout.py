@@ -6,7 +6,10 @@
 * the handout's sample failures are what the grader reports for a planted bug
   (:mod:`msda_labs.authoring.samples`).
 
-``python -m msda_labs sync`` rewrites both; ``--check`` only reports drift (exit 1).
+``python -m msda_labs sync`` rewrites both; ``--check`` only reports drift (exit 1). Both also
+check the handouts' rules tables (:func:`rules_problems`): every row maps, in
+``tests/mutants/rules.yaml``, to the tests that enforce it and a mutant that breaks it, or says
+plainly that it is not graded.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from pathlib import Path
 from msda_labs.authoring.fences import strip
 from msda_labs.authoring.samples import sync_samples
 
-__all__ = ["collect_tasks", "collect_rules", "tasks_table", "sync_lab", "sync_ladder"]
+__all__ = ["collect_tasks", "collect_rules", "tasks_table", "sync_lab", "sync_ladder",
+           "rules_rows", "rules_problems"]
 
 BEGIN, END = "<!-- tasks:begin -->", "<!-- tasks:end -->"
 
@@ -28,6 +32,7 @@ class _Collector:
         self.tasks: OrderedDict[str, list] = OrderedDict()
         self.rules: OrderedDict[str, list[str]] = OrderedDict()  # rule -> test function names
         self.gpu_tests: set[str] = set()
+        self.names: list[str] = []  # every graded test function, in order
 
     def pytest_collection_finish(self, session):
         from msda_labs.grading.plugin import GRADE_KEY, is_gpu_test
@@ -37,6 +42,8 @@ class _Collector:
             self.tasks[task_id] = [name, 0, 0, False]
         for item in session.items:
             if item.nodeid in gs.points:
+                if item.originalname not in self.names:
+                    self.names.append(item.originalname)
                 task_id, points = gs.points[item.nodeid]
                 entry = self.tasks[task_id]
                 entry[1] += points
@@ -153,6 +160,8 @@ def sync_ladder(root: Path, labs, check: bool = False) -> tuple[list[str], list[
     wanted = [(lab_id, folder) for lab_id, folder in labs if lab_id in ladder.LABS]
     graded, gpu = ladder_cells(root, wanted)
     problems = ladder.cell_problems(graded) if len(wanted) == len(ladder.LABS) else []
+    # Every row of every handout's rules table maps to a test and a breaking mutant.
+    problems += rules_problems(root, labs)
     doc = Path(root) / ladder.DOC
     text = doc.read_text() if doc.is_file() else ""
     new = ladder.splice(text, ladder.render(graded, gpu))
@@ -162,3 +171,129 @@ def sync_ladder(root: Path, labs, check: bool = False) -> tuple[list[str], list[
         if not check:
             doc.write_text(new)
     return drift, problems
+
+
+# -- the handouts' rules tables -------------------------------------------------------------------
+RULES_MAP = Path("tests") / "mutants" / "rules.yaml"
+# How a rules-table row says that it is not graded (the start of its "checked?" cell).
+NOT_GRADED = ("not checked", "nothing to check", "not graded")
+GRADED = ("yes", "partly", "only in the gpu stage")
+
+
+def rules_rows(readme_text: str) -> list[tuple[str, str]]:
+    """The rows of a handout's ``## Rules`` table: (rule, checked?) cell texts, in order."""
+    match = re.search(r"^## Rules\s*\n(.*?)(?=^## |\Z)", readme_text, flags=re.M | re.S)
+    if match is None:
+        return []
+    rows = []
+    for line in match.group(1).splitlines():
+        line = line.strip()
+        if not line.startswith("|"):
+            if rows:
+                break
+            continue
+        cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip("|"))]
+        if len(cells) < 2 or set(cells[0]) <= {"-", ":"} or cells[0].lower() == "rule":
+            continue
+        rows.append((cells[0], " | ".join(cells[1:])))
+    return rows
+
+
+def graded_claim(checked: str) -> bool | None:
+    """True where a row's "checked?" cell says it is graded, False where it says plainly that it
+    is not, None where it says neither."""
+    text = checked.strip().lower()
+    if text.startswith(NOT_GRADED):
+        return False
+    if text.startswith(GRADED):
+        return True
+    return None
+
+
+def rules_map(root: Path) -> dict:
+    """{lab id: [entry, ...]} of ``tests/mutants/rules.yaml``: for each row of each handout's
+    rules table, the tests that enforce it and the mutants that break it (or ``graded: no``)."""
+    import yaml
+
+    path = Path(root) / RULES_MAP
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+
+
+def _row_entry(entries: list, rule: str) -> list:
+    return [e for e in entries if rule.startswith(str(e.get("row", "")))]
+
+
+def rules_problems(root: Path, labs) -> list[str]:
+    """What is wrong with the handouts' rules tables against ``tests/mutants/rules.yaml``, over
+    ``labs`` ((id, folder) pairs): every row must map to the tests that enforce it (by name, or
+    by ladder rule) and to at least one mutant of the library that breaks it, or say plainly that
+    it is not graded."""
+    from msda_labs.mistakes import library
+
+    root = Path(root)
+    table = rules_map(root)
+    mutant_dir = root / "tests" / "mutants"
+    whole = {f"whole_{e['id']}" for e in library.whole_entries(mutant_dir)}
+    problems = []
+    for lab_id, folder in labs:
+        readme = root / folder / "README.md"
+        rows = rules_rows(readme.read_text()) if readme.is_file() else []
+        entries = list(table.get(lab_id) or [])
+        if not rows:
+            continue
+        tests_by_rule, _ = collect_rules(root / folder)
+        names = _test_names(root / folder)
+        mutant_ids = {m.id for m in library.load(lab_id, mutant_dir)} | whole | \
+            {f"degenerate:{d.id}" for d in library.degenerate(lab_id, mutant_dir)}
+        used = set()
+        for rule, checked in rows:
+            where = f"{lab_id} rules table, row {rule[:60]!r}"
+            found = _row_entry(entries, rule)
+            claim = graded_claim(checked)
+            if claim is None:
+                problems.append(f"{where}: its checked cell says neither 'yes' nor plainly that "
+                                f"it is not graded ({', '.join(NOT_GRADED)})")
+                continue
+            if len(found) != 1:
+                problems.append(f"{where}: {len(found)} entries of {RULES_MAP} match it (one "
+                                f"wanted; an entry's `row` is the start of the row's first cell)")
+                continue
+            entry = found[0]
+            used.add(id(entry))
+            if claim is False:
+                if entry.get("graded", True) is not False:
+                    problems.append(f"{where}: the handout says it is not graded; its entry must "
+                                    f"say `graded: no`")
+                continue
+            if entry.get("graded", True) is False:
+                problems.append(f"{where}: the handout says it is graded; its entry says no")
+                continue
+            tests = entry_tests(entry, tests_by_rule)
+            unknown = [t for t in tests if t != "*" and t not in names]
+            if not tests or unknown:
+                problems.append(f"{where}: no test enforces it" if not tests else
+                                f"{where}: no test called {', '.join(unknown)} in {lab_id}")
+            mutants = list(entry.get("mutants") or ())
+            missing = [m for m in mutants if m not in mutant_ids]
+            if not mutants or missing:
+                problems.append(f"{where}: no mutant breaks it" if not mutants else
+                                f"{where}: no mutant {', '.join(missing)} in the library")
+        for entry in entries:
+            if id(entry) not in used:
+                problems.append(f"{lab_id}: {RULES_MAP} entry {str(entry.get('row'))[:60]!r} "
+                                f"matches no row of the handout's rules table")
+    return problems
+
+
+def entry_tests(entry: dict, tests_by_rule: dict) -> list[str]:
+    """The test functions a rules-table entry names: its ``tests``, then the tests marked with
+    each of its ``ladder`` rules; ``*`` stands for every test of the lab."""
+    tests = list(entry.get("tests") or ())
+    for rule in entry.get("ladder") or ():
+        tests += [t for t in tests_by_rule.get(rule, ()) if t not in tests]
+    return tests
+
+
+def _test_names(lab_dir: Path) -> set[str]:
+    collector = _collect(lab_dir)
+    return set(collector.names)
