@@ -16,7 +16,7 @@ import torch
 from judge_lab05 import LAB, MODE, TASKS, TITLE  # noqa: F401  (the plugin reads them here)
 
 from msda_labs.grading import expect_close, expect_tensor
-from msda_labs.grading.baseline import with_baselines
+from msda_labs.grading.baseline import chip_function
 from msda_labs.grading.bigcase import BigCase, judge_big
 from msda_labs.grading.peaked import (
     FP16_ACC_MESSAGE,
@@ -30,8 +30,8 @@ from msda_labs.grading.probes import (
     check_forward_output,
     forward_guard,
     run_guarded,
-    timed_output,
 )
+from msda_labs.grading.speedjudge import judge_msda_speed
 from msda_labs.grading.timing import REFERENCE_LIMIT, check_reference_speed
 from msda_labs.mistakes import msda_variants
 from msda_labs.truth.cases import (
@@ -212,10 +212,13 @@ def test_forward_on_gpu(submission, case, dtype):
 
 
 # -- Task 5.8: speed, against the PyTorch reference -----------------------------------------------
-# The baseline is the grid_sample reference, which every copy of the kit carries; the lab 05 chip
-# is absent from an exported lab 05, so its time is reported where it exists and never graded.
-# Both are timed by the judge (judge_lab05.speed_baselines), on the same inputs with the method
-# your child's race used: the child that runs your code holds no baseline.
+# Timed on the judge's clock (msda_labs.grading.speedjudge): the judge sends a fresh seed, your
+# child draws 16 new input sets from it on the GPU, calls msda_forward on each and sends back a
+# checksum of every output; the judge's clock runs from the seed to the checksums. Every timed
+# output is then checked against the ground truth, with the tolerance of the correctness tests.
+# The baseline is the grid_sample reference, which every copy of the kit carries, timed the same
+# way by the judge in a process that never loaded your module; the lab 05 chip is absent from an
+# exported lab 05, so its time is reported where it exists and never graded.
 # The reference copies the whole value pyramid into grid_sample's layout, then gathers every
 # channel of every corner with its own strided read, then stacks, weights and sums in three more
 # passes: a kernel that follows the lab does one pass and is several times faster, so "no slower
@@ -225,21 +228,27 @@ SPEED_CASE, SPEED_DTYPE = DECODER, "float16"
 SPEED_LIMIT = REFERENCE_LIMIT  # your time / the reference's
 
 
-@lru_cache(maxsize=2)
-def _case_reference(case: Case, dtype_name: str) -> torch.Tensor:
-    return _reference(make_inputs(case, getattr(torch, dtype_name)))
+def speed_baselines() -> dict:
+    """The calls the judge times beside yours, on each timed input set."""
+    chip = chip_function("lab05", "msda_forward")
+    return {"reference": lambda value, shapes, _starts, loc, attn:
+            msda_reference(value, shapes, loc, attn),
+            "chip": None if chip is None else (lambda *inputs: chip(*inputs))}
 
 
 @pytest.mark.task("5.8", points=2)
 @pytest.mark.stage("gpu")
 def test_forward_speed_against_the_reference(submission):
     case, dtype_name = SPEED_CASE, SPEED_DTYPE
-    measured = with_baselines(submission.run(probes.speed_probe, case, dtype_name),
-                              judge.speed_baselines(case, dtype_name))
+    dtype = getattr(torch, dtype_name)
     desc = f"{case.describe()} in {dtype_name}"
-    # A fast wrong answer earns nothing: the output of the timed call is checked first.
-    expect_close(timed_output(measured), _case_reference(case, dtype_name),
-                 what="msda_forward (the call that is timed) on the GPU", case=desc,
-                 dtype=getattr(torch, dtype_name))
+
+    def close(out, expected, what):
+        expect_close(out, expected, what=f"msda_forward ({what}) on the GPU", case=desc,
+                     dtype=dtype)
+
+    measured = judge_msda_speed(submission, case, dtype_name, fn="msda_forward",
+                                truth=lambda inputs: _reference(inputs), close=close,
+                                baselines=speed_baselines())
     check_reference_speed(measured, what=f"msda_forward on {desc}", chip_label="the lab 05 chip",
                           limit=SPEED_LIMIT, submission=submission)

@@ -38,6 +38,7 @@ from typing import Any
 from msda_labs.grading import judgeonly, sandbox
 
 __all__ = [
+    "Conversation",
     "Executor",
     "InfrastructureError",
     "Outcome",
@@ -230,6 +231,38 @@ class _Zygote:
             pass
 
 
+class Conversation:
+    """A probe that runs while the judge talks with it (:meth:`Executor.converse`)."""
+
+    def __init__(self, executor: Executor, zyg: _Zygote, mode: str, conn: Connection,
+                 timeout: float):
+        self.conn = conn
+        self._executor, self._zyg, self._mode, self._timeout = executor, zyg, mode, timeout
+        self._outcome: Outcome | None = None
+
+    def finish(self) -> Outcome:
+        """Close the judge's end of the line and wait for the probe's result."""
+        if self._outcome is not None:
+            return self._outcome
+        try:
+            self.conn.close()
+        except OSError:
+            pass
+        zyg = self._zyg
+        try:
+            if not zyg.conn.poll(self._timeout + 60):
+                raise TimeoutError
+            reply = zyg.conn.recv()
+        except (EOFError, OSError, BrokenPipeError, TimeoutError):
+            zyg.kill()
+            self._executor._zygotes.pop(self._mode, None)
+            self._outcome = Outcome("crashed", message="the grading worker died while running "
+                                                       "this test")
+            return self._outcome
+        self._outcome = Executor._interpret(reply, self._timeout)
+        return self._outcome
+
+
 class Executor:
     """Runs probes against one submission file, one forked child per request.
 
@@ -370,6 +403,40 @@ class Executor:
         else:  # pragma: no cover
             raise AssertionError
         return self._interpret(reply, timeout)
+
+    def converse(self, probe: Callable | tuple[str, str, str], *args, mode: str = "cpu",
+                 timeout: float | None = None, **kwargs) -> Conversation:
+        """Start ``probe(submission_module, *args, channel=..., **kwargs)`` in a fresh child and
+        return at once: the judge talks with the running probe through
+        :attr:`Conversation.conn` (a socket of its own, straight to the child), then collects
+        the probe's result with :meth:`Conversation.finish`. What the child sends on that line
+        is untrusted: read it as bytes (``recv_bytes``), never unpickle it."""
+        timeout = float(timeout or self.default_timeout)
+        ref = probe if isinstance(probe, tuple) else probe_ref(probe)
+        request = {
+            "probe": ref,
+            "args": pickle.dumps((args, kwargs), protocol=pickle.HIGHEST_PROTOCOL),
+            "submission": str(self.submission),
+            "workdir": str(self.workdir),
+            "timeout": timeout,
+            "channel": True,
+        }
+        from multiprocessing import reduction
+
+        zyg = self._ready(mode)
+        ours, theirs = socket.socketpair()
+        try:
+            zyg.conn.send(("run", request))
+            reduction.send_handle(zyg.conn, theirs.fileno(), zyg.proc.pid)
+        except (OSError, BrokenPipeError):
+            ours.close()
+            zyg.kill()
+            self._zygotes.pop(mode, None)
+            raise InfrastructureError("the grading worker died before the conversation "
+                                      "started") from None
+        finally:
+            theirs.close()
+        return Conversation(self, zyg, mode, Connection(ours.detach()), timeout)
 
     @staticmethod
     def _interpret(reply: dict, timeout: float) -> Outcome:

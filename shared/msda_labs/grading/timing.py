@@ -38,7 +38,7 @@ __all__ = ["BenchUnavailable", "Timing", "side_by_side", "end_to_end", "race_all
            "reference_speed_line", "how_timed"]
 
 METHODS = ("auto", "cuda-graph", "cuda-events")
-_REPORTED = ("cuda-graph", "cuda-events", "wall-clock")
+_REPORTED = ("cuda-graph", "cuda-events", "wall-clock", "judge-clock")
 REFERENCE_LIMIT = 1.0  # your time / the PyTorch reference's
 
 
@@ -317,6 +317,11 @@ def _not_timed(measured: Any) -> str | None:
 
 def how_timed(measured: dict) -> str:
     """How the times of a :func:`race_all` result were taken, in words."""
+    if measured["method"] == "judge-clock":
+        return (f"the judge's clock: median of {measured['reps']} rounds of {measured.get('n')} "
+                f"calls on fresh inputs, every output checked, the protocol's own "
+                f"{measured.get('overhead_us', 0.0):.1f} us a call subtracted"
+                + (f", {measured['device']}" if measured.get("device") else ""))
     if measured["method"] == "wall-clock":
         return f"wall-clock median of {measured['reps']} runs without CUDA: plumbing only"
     return (f"device time, median of {measured['reps']} {measured['method']} runs"

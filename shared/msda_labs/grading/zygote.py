@@ -133,6 +133,8 @@ def _child(request: dict, write_fd: int, probe, data: bytes | None) -> None:
         # The submission is the lab module alone: its folder is not put on sys.path, so nothing
         # else of the student's (a module beside it, a metadata folder) can be imported.
         args, kwargs = pickle.loads(request["args"])
+        if request.get("channel_fd") is not None:  # a conversation with the judge (speedjudge)
+            kwargs["channel"] = Connection(request["channel_fd"])
         module = import_submission(request["submission"], data)
         value = probe(module, *args, **kwargs)
         payload = {"kind": "ok", "value": _sanitize(value)}
@@ -203,8 +205,9 @@ def _start_child(request: dict, conn: Connection, state: _State, prepared, fds) 
             if state.plan is None:
                 _child(request, write_fd, *prepared)
             if state.world is not None:  # keeper and init stay root; only the child drops
+                channel = request.get("channel_fd")
                 world.isolate(state.world, lambda: _dropped(request, state, write_fd, prepared),
-                              close_in_keeper=(write_fd,))
+                              close_in_keeper=(write_fd,) + ((channel,) if channel else ()))
             _dropped(request, state, write_fd, prepared)
         finally:
             os._exit(70)
@@ -455,7 +458,17 @@ def main(argv=None) -> int:
             return 0
         if kind == "exit":
             return 0
-        conn.send(_serve(request, conn, state))
+        channel = None
+        if request.get("channel"):  # the judge's end of a socket it talks to the child through
+            from multiprocessing import reduction
+
+            channel = request["channel_fd"] = reduction.recv_handle(conn)
+        try:
+            reply = _serve(request, conn, state)
+        finally:
+            if channel is not None:  # the child holds its own copy; closing this one lets the
+                os.close(channel)    # judge see the end of the line when the child ends
+        conn.send(reply)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,257 @@
+"""Speed on the judge's clock (msda_labs.grading.speedjudge), proved through real children.
+
+Lab 05's speed test (Task 5.8) runs here on the CPU, on a small case, against real submissions
+forked by the grading worker: an honest torch stand-in, and every file of tests/attacks/speed/
+(patched timers, outputs cached by pointer or content, repeated calls skipped, work left on a
+side stream or thread, precomputed views, a reduced-precision shortcut, checked calls told apart
+from timed ones). Each attack must lose the speed points: its timed outputs are wrong, or the
+judge's clock sees its slow work. The honest stand-in's outputs all pass and its time is its own.
+On the H200 the same files run against the real chips (docs/gpu.md, "How speed is graded").
+"""
+
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from kit import FakeSession, load_file_module
+
+from msda_labs.grading import speedjudge
+from msda_labs.grading.executor import Executor
+from msda_labs.grading.submission import Submission
+from msda_labs.truth.cases import MULTI_LEVEL
+
+ROOT = Path(__file__).resolve().parents[2]
+ATTACKS = ROOT / "tests" / "attacks" / "speed"
+SLOW_US = 20_000  # what the attacks' honest path sleeps, a call
+
+
+def _honest_source() -> str:
+    text = (ATTACKS / "lab05_timed_pattern.py").read_text()
+    base = text[text.index("import time"):text.index("_SEEN = set()")]
+    return base + ("\ndef msda_forward(value, spatial_shapes, level_start_index,\n"
+                   "                 sampling_locations, attention_weights, BLOCK_Q=32):\n"
+                   "    return _honest(value, spatial_shapes, level_start_index,\n"
+                   "                   sampling_locations, attention_weights)\n")
+
+
+class _Session(FakeSession):
+    def __init__(self, executor):
+        super().__init__()
+        self._executor = executor
+        self.timeout = 60.0
+        self.last_output = ""
+
+    def executor(self):
+        return self._executor
+
+
+@pytest.fixture(scope="module")
+def lab05():
+    path = ROOT / "lab-05-forward-correct" / "tests" / "test_lab05_forward.py"
+    return load_file_module(path, "_speedjudge_test_lab05_forward", beside=True)
+
+
+def _grade(lab05, ex: Executor, path: Path):
+    """Lab 05's speed test on ``path`` (MULTI_LEVEL in float32, 2 rounds of 2 calls) through
+    ``ex``'s worker: (the AssertionError it raised or None, the judge's timing, the notes)."""
+    saved = {name: getattr(lab05, name) for name in
+             ("SPEED_CASE", "SPEED_DTYPE", "SPEED_LIMIT", "check_reference_speed")}
+    seen = {}
+
+    def check(measured, **kwargs):
+        seen["measured"] = measured
+        return saved["check_reference_speed"](measured, **kwargs)
+
+    # Wall-clock times on two shared CPU cores wander too much for a ratio to the reference:
+    # the speed verdict here is the judge's time against the attacks' 20 ms sleep (below).
+    lab05.SPEED_CASE, lab05.SPEED_DTYPE, lab05.SPEED_LIMIT = MULTI_LEVEL, "float32", 1e9
+    lab05.check_reference_speed = check
+    ex.submission = path  # the worker reads the submission named in each request
+    session = _Session(ex)
+    sub = Submission.__new__(Submission)
+    sub._session, sub.mode, sub.path = session, "cpu", path
+    try:
+        lab05.test_forward_speed_against_the_reference(sub)
+        error = None
+    except AssertionError as exc:
+        error = exc
+    finally:
+        for name, value in saved.items():
+            setattr(lab05, name, value)
+    return error, seen.get("measured"), session.notes
+
+
+@pytest.fixture(scope="module")
+def verdicts(lab05, tmp_path_factory):
+    honest = tmp_path_factory.mktemp("honest") / "lab05.py"
+    honest.write_text(_honest_source())
+    with Executor(honest, default_timeout=60) as ex:
+        found = {"honest": _grade(lab05, ex, honest)}
+        for path in sorted(ATTACKS.glob("lab05_*.py")):
+            found[path.stem.removeprefix("lab05_")] = _grade(lab05, ex, path)
+    return found
+
+
+def test_the_honest_submission_passes_with_every_output_checked(verdicts):
+    error, measured, notes = verdicts["honest"]
+    assert error is None, error
+    assert measured["verified"] == 3 * 2 and measured["times_us"]["yours"] < SLOW_US
+    line = next(n for n in notes if n.startswith("speed of msda_forward"))
+    assert "the judge's clock" in line and "every output checked" in line
+
+
+EXPECTED = {
+    # attack: the words of the verdict that stops it
+    "patched_timers": "slow",
+    "cache_by_pointer": "slow|not the one whose checksum|differ",
+    "cache_by_content": "slow",
+    "skip_repeats": "slow",
+    "side_stream": "differ",
+    "precomputed_views": "slow",
+    "timed_pattern": "differ",
+    "low_precision": "differ",
+}
+
+
+def test_the_suite_holds_every_attack_the_issue_lists():
+    names = {p.stem.removeprefix("lab05_") for p in ATTACKS.glob("lab05_*.py")}
+    assert names == set(EXPECTED)
+    for path in ATTACKS.glob("lab05_*.py"):
+        head = path.read_text().splitlines()[:3]
+        assert head[0].startswith("# attack: ") and head[1] == "# lab: lab05"
+        assert head[2] == "# targets: 5.8"
+
+
+@pytest.mark.parametrize("attack", sorted(EXPECTED))
+def test_every_attack_loses_the_speed_points(verdicts, attack):
+    import re
+
+    error, measured, _notes = verdicts[attack]
+    if error is None:  # its outputs were right: the judge's clock saw the slow work
+        assert measured["times_us"]["yours"] > SLOW_US, measured["times_us"]
+        error = "slow"
+    assert re.search(EXPECTED[attack], str(error)), str(error)[:400]
+
+
+def test_patched_clocks_do_not_reach_the_judges(verdicts):
+    """The child's clocks run a thousand times slow and its events say a microsecond: the judge
+    still sees the 20 ms sleep of every call, on outputs that are all right."""
+    error, measured, _notes = verdicts["patched_timers"]
+    assert error is None and measured["method"] == "judge-clock"
+    assert measured["verified"] == 3 * 2 and measured["times_us"]["yours"] > SLOW_US
+
+
+# -- the protocol's own checks, without a child --------------------------------------------------
+class _Line:
+    """One end of the judge's line to a child, answering with what a test puts in it."""
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+        self.sent = []
+
+    def send_bytes(self, data):
+        self.sent.append(data)
+
+    def poll(self, timeout):
+        return bool(self.answers)
+
+    def recv_bytes(self):
+        return self.answers.pop(0)
+
+
+def _checker(spec):
+    def close(out, expected, what):
+        if not torch.allclose(out.double(), expected.double(), rtol=1e-5, atol=1e-5):
+            raise AssertionError(f"{what}: differ")
+    return speedjudge._Checker(spec, truth=lambda inputs: _torch_forward(*inputs), close=close,
+                               verify=None)
+
+
+def _torch_forward(value, shapes, starts, loc, attn):
+    from msda_labs.truth.reference import msda_reference
+    return msda_reference(value, shapes, loc, attn)
+
+
+def _honest_round(spec, seed):
+    import io
+    import json
+
+    sets, weights = speedjudge.speedtrial.draw_round(spec, seed, "cpu")
+    flats = [_torch_forward(*s).reshape(-1).float() for s in sets]
+    sums = [float(torch.dot(f, w)) for f, w in zip(flats, weights)]
+    meta = [[[list(s), d] for s, d in zip(spec["out_shapes"], spec["out_dtypes"])]] * len(sets)
+    buf = io.BytesIO()
+    torch.save(flats, buf)
+    return json.dumps({"sums": sums, "meta": meta}).encode(), buf.getvalue(), flats
+
+
+def test_the_checks_accept_right_outputs_and_refuse_each_forgery():
+    import io
+    import json
+
+    spec = speedjudge.forward_spec(MULTI_LEVEL, "float32", fn="msda_forward", n=3)
+    seed = 12345
+    reply, shown, flats = _honest_round(spec, seed)
+    check = _checker(spec)
+    check.check(_Line([shown]), check.reply(reply), seed, 5, "x", 1)
+    assert check.checked == 3
+
+    # Checksums that the shown outputs do not give: the work was not done when the clock stopped.
+    forged = json.loads(reply)
+    forged["sums"][1] += 1.0
+    with pytest.raises(speedjudge.SpeedTrialFailed, match="checksum was sent"):
+        check.check(_Line([shown]), forged, seed, 5, "x", 1)
+    # Outputs of other inputs (stale, cached), checksummed honestly with this round's weights:
+    # the checksums hold, the values do not.
+    _, _, stale = _honest_round(spec, seed + 1)
+    _, weights = speedjudge.speedtrial.draw_round(spec, seed, "cpu")
+    stale_reply = json.loads(reply)
+    stale_reply["sums"] = [float(torch.dot(f, w)) for f, w in zip(stale, weights)]
+    buf = io.BytesIO()
+    torch.save(stale, buf)
+    with pytest.raises(AssertionError, match="differ"):
+        check.check(_Line([buf.getvalue()]), stale_reply, seed, 5, "x", 1)
+    # Outputs of another seed with that seed's checksums: caught by the checksums already.
+    other_reply, other_shown, _ = _honest_round(spec, seed + 1)
+    with pytest.raises(speedjudge.SpeedTrialFailed, match="checksum was sent"):
+        check.check(_Line([other_shown]), check.reply(other_reply), seed, 5, "x", 1)
+    # Too few checksums, a wrong shape, outputs that are not tensors.
+    short = json.loads(reply)
+    short["sums"] = short["sums"][:2]
+    with pytest.raises(speedjudge.SpeedTrialFailed, match="2 checksums, not 3"):
+        check.reply(json.dumps(short).encode())
+    bad_meta = json.loads(reply)
+    bad_meta["meta"][0] = [[[2, 5, 2, 4], "float32"]]
+    with pytest.raises(speedjudge.SpeedTrialFailed, match="returned float32"):
+        check.check(_Line([shown]), bad_meta, seed, 5, "x", 1)
+    buf = io.BytesIO()
+    torch.save({"not": "a list"}, buf)
+    with pytest.raises(speedjudge.SpeedTrialFailed, match="not those of the timed calls"):
+        check.check(_Line([buf.getvalue()]), check.reply(reply), seed, 5, "x", 1)
+    with pytest.raises(speedjudge.SpeedTrialFailed, match="cannot be read"):
+        check.check(_Line([b"\x80garbage"]), check.reply(reply), seed, 5, "x", 1)
+
+
+def test_the_draw_is_fresh_per_call_and_the_same_for_the_same_seed():
+    spec = speedjudge.forward_spec(MULTI_LEVEL, "float32", fn="msda_forward", n=3)
+    a, wa = speedjudge.speedtrial.draw_round(spec, 7, "cpu")
+    b, wb = speedjudge.speedtrial.draw_round(spec, 7, "cpu")
+    c, _ = speedjudge.speedtrial.draw_round(spec, 8, "cpu")
+    assert all(torch.equal(x, y) for s, t in zip(a, b) for x, y in zip(s, t))
+    assert torch.equal(wa, wb)
+    for i in range(3):  # every call its own value, locations and weights
+        for j in range(i + 1, 3):
+            assert not torch.equal(a[i][0], a[j][0]) and not torch.equal(a[i][3], a[j][3])
+    assert not torch.equal(a[0][0], c[0][0])
+
+
+def test_the_floor_flags_an_impossible_time(monkeypatch):
+    """A time below what the bytes take at the measured bandwidth is flagged, not credited."""
+    fake = types.SimpleNamespace(_session=types.SimpleNamespace(timeout=5, last_output=""))
+    monkeypatch.setattr(speedjudge, "_student_rounds", lambda *a, **k: [1e-9] * 3)
+    monkeypatch.setattr(speedjudge, "device_bandwidth_gbs", lambda: 1000.0)
+    spec = speedjudge.forward_spec(MULTI_LEVEL, "float32", fn="msda_forward", n=2)
+    with pytest.raises(speedjudge.SpeedTrialFailed, match="flagged for review"):
+        speedjudge.judge_speed(fake, spec, truth=None, close=None, baselines={}, rounds=3,
+                               floor_bytes=(10 ** 9, 10 ** 9))
