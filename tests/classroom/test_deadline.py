@@ -621,6 +621,9 @@ def test_workflow_reports_take_their_late_days_from_the_plan_records(course, tmp
         return str(path)
 
     inputs = [report("course--lab-05-ada", sha), report("course--lab-05-grace", other)]
+    # the downloaded artifacts' folder stands for the regrade.json files under it
+    assert sorted(e.student for e in read_entries([tmp_path])) == \
+        ["course--lab-05-ada", "course--lab-05-grace"]
     records = tmp_path / "records.json"
     records.write_text(json.dumps([
         {"student": f"course--lab-05-{name}", "lab": "lab05", "repository": "r",
@@ -740,6 +743,11 @@ def test_the_token_never_follows_a_redirect_off_the_api_host():
     client = GitHub("secret", transport=lambda url, headers: (200, {}, b"[]"))
     with pytest.raises(GitHubError, match="not under"):
         client.get("https://elsewhere.example/x")
+    limited = GitHub("secret", transport=lambda url, headers: (
+        403, {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "1795000000"},
+        b'{"message": "API rate limit exceeded"}'))
+    with pytest.raises(GitHubError, match="used up until .*Z; run again then"):
+        list(limited.pages("/orgs/course/repos"))
 
 
 def test_regrade_at_the_deadline_of_a_lab_without_a_due_date_stops_first(tmp_path, capsys):

@@ -37,6 +37,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from msda_labs.errors import KitError
 
@@ -121,6 +122,12 @@ class GitHub:
             data = None
         if status != 200:
             message = data.get("message", "") if isinstance(data, dict) else ""
+            lower = {k.lower(): v for k, v in response_headers.items()}
+            if status in (403, 429) and lower.get("x-ratelimit-remaining") == "0":
+                reset = lower.get("x-ratelimit-reset", "")
+                when = (datetime.fromtimestamp(int(reset), timezone.utc).strftime("%H:%M:%SZ")
+                        if reset.isdigit() else "later")
+                message = f"the rate limit of this token is used up until {when}; run again then"
             raise GitHubError(f"GET {url.removeprefix(self.base)}: HTTP {status}"
                               + (f" ({message})" if message else ""))
         return data, response_headers

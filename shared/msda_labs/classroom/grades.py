@@ -79,10 +79,27 @@ def _num(value) -> str:
     return f"{float(value):.2f}".rstrip("0").rstrip(".")
 
 
+def _files(paths: list[Path]) -> list[Path]:
+    """The paths, with a folder (the regrade workflow's downloaded artifacts) standing for every
+    ``regrade.json`` under it."""
+    files = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            found = sorted(path.rglob("regrade.json"))
+            if not found:
+                raise GradesError(f"{path}: a folder without any regrade.json (the regrade "
+                                  f"workflow's regrade-*/regrade.json artifacts)")
+            files += found
+        else:
+            files.append(path)
+    return files
+
+
 def read_entries(paths: list[Path]) -> list[LabEntry]:
-    """The entries of ``regrade --json`` lists; one student and lab may appear once."""
+    """The entries of ``regrade --json`` lists (or folders of the regrade workflow's
+    ``regrade.json`` artifacts); one student and lab may appear once."""
     entries: dict[tuple[str, str], LabEntry] = {}
-    for path in paths:
+    for path in _files(paths):
         try:
             data = json.loads(Path(path).read_text())
         except (OSError, ValueError) as exc:
