@@ -55,3 +55,24 @@ def test_expect_equal_is_strict_about_bools():
         expect_equal(1, True, what="b")
     with pytest.raises(AssertionError, match="got 239.0"):
         expect_equal(239.0, 239, what="n")
+
+
+def test_no_explanation_without_evidence():
+    ref = torch.zeros(4, dtype=torch.float64)
+    res = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    same = torch.tensor([1.0, 0.0, 0.0, 0.0], dtype=torch.float64)
+    other = torch.tensor([2.0, 0.0, 0.0, 0.0], dtype=torch.float64)
+    # one mistake fits: named; two different mistakes fit this case alike: neither is named
+    with pytest.raises(AssertionError, match="this is exactly the output of slip A$"):
+        expect_close(res, ref, what="f", variants={"a": (same, "slip A"), "b": (other, "B")})
+    with pytest.raises(AssertionError) as info:
+        expect_close(res, ref, what="f", variants={"a": (same, "slip A"), "b": (same, "slip B")})
+    assert "slip" not in str(info.value) and "2 known mistakes give exactly this" in str(info.value)
+    # near: named within its distance and nearer to the mistake than to the reference, else not
+    near = {"n": (torch.tensor([0.9, 0.0, 0.0, 0.0], dtype=torch.float64), 0.2, "this is a Z: z")}
+    with pytest.raises(AssertionError, match="this is a Z: z$"):
+        expect_close(res, ref, what="f", near=near)
+    far = {"n": (torch.tensor([0.5, 0.0, 0.0, 0.0], dtype=torch.float64), 0.2, "this is a Z: z")}
+    with pytest.raises(AssertionError) as info:
+        expect_close(res, ref, what="f", near=far)
+    assert "Z" not in str(info.value)

@@ -4,7 +4,8 @@ A failure is one line: what was checked and on which case, how many elements are
 tolerance, the first wrong element (index, yours vs reference), NaN/inf counted apart, and, when
 the wrong output equals what a known mistake produces, the name of that mistake. No explanation
 without evidence: a mistake is named only when the output matches it (``variants``: equal within
-the tolerance; ``near``: within a stated distance, and nearer to it than to the reference).
+the tolerance, and no other listed mistake gives the same output on this case; ``near``: within a
+stated distance, and nearer to it than to the reference).
 """
 
 from __future__ import annotations
@@ -57,9 +58,11 @@ def expect_close(res: Any, ref: torch.Tensor, *, what: str, case: str = "",
         what: what was computed, e.g. ``"msda_naive_student(...)"``.
         case: a description of the inputs (``Case.describe()``).
         dtype: the dtype the submission computed in; picks the tolerance.
-        variants: ``{name: (output_of_that_mistake, explanation)}``, checked in order when the
-            result is wrong: a match names the mistake in the message. A zero-argument callable
-            returning that mapping is called only then (mistakes costly to compute).
+        variants: ``{name: (output_of_that_mistake, explanation)}``, checked when the result is
+            wrong: the one mistake whose output the result equals is named in the message; when
+            several different mistakes give that output on this case, none is named. A
+            zero-argument callable returning that mapping is called only then (mistakes costly
+            to compute).
         expect_dtype: when given, the result must have this dtype.
         near: ``{name: (output_of_that_mistake, distance, explanation)}``, read when no variant
             matched: the explanation is printed when the largest difference between the result
@@ -91,14 +94,19 @@ def expect_close(res: Any, ref: torch.Tensor, *, what: str, case: str = "",
         parts.append("your result is all zeros: is anything written at all?")
     if callable(variants):
         variants = variants()
+    matched = []  # the explanations of every variant the result equals, in order, once each
     for out, explanation in (variants or {}).values():
         if out.shape != ref.shape:
             continue
         _, differs_from_ref = mismatch(out, ref, rtol, atol)
         _, n_off = mismatch(res, out, max(rtol, 1e-6), max(atol, 1e-6))
-        if differs_from_ref and n_off == 0:
-            parts.append(f"this is exactly the output of {explanation}")
-            break
+        if differs_from_ref and n_off == 0 and explanation not in matched:
+            matched.append(explanation)
+    if len(matched) == 1:
+        parts.append(f"this is exactly the output of {matched[0]}")
+    elif matched:  # the case cannot tell these mistakes apart: naming one would be a guess
+        parts.append(f"on this case {len(matched)} known mistakes give exactly this output, so "
+                     f"it names none of them")
     else:
         explained = _near(res64, ref, near() if callable(near) else near)
         if explained:
