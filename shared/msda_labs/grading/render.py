@@ -144,8 +144,8 @@ def render_markdown(result: GradeResult) -> str:
         out.append(f"*{_md_escape(note)}*")
     causes = start_here(diagnosis)
     if causes:
-        out += ["", "**" + _md_escape(causes[0]) + "**"] + [_md_escape(c) for c in causes[1:]]
-        out.append("")
+        out += ([""] if out[-1] else []) + ["**" + _md_escape(causes[0]) + "**"]
+        out += [_md_escape(c) for c in causes[1:]] + [""]
     out += ["| Task | Exercise | Points | Status | What went wrong |", "|---|---|---|---|---|"]
     for ex in result.exercises:
         wrong = "<br>".join(f"`{_md_escape(line)}`" for line in test_lines(ex, diagnosis))
