@@ -309,7 +309,7 @@ RECORDER = textwrap.dedent('''
 CANARY_NAME = "msda-canary"  # the grandchild's process name (/proc/PID/comm), seen from outside
 
 
-def plant_canary(repo: Path, lab: str, canary: Path) -> None:
+def plant_canary(repo: Path, lab: str, canary: Path, secret: Path | None = None) -> None:
     """Every place that could run code, each recording its uid: into ``canary`` (a folder with
     a sub-folder per sandbox uid, owned by it, and ``other/``; root can write anywhere, a child
     in a private world nowhere that lasts) and, for the module, in the message of the error its
@@ -317,7 +317,9 @@ def plant_canary(repo: Path, lab: str, canary: Path) -> None:
     at import, registers an atexit hook and forks a grandchild named ``CANARY_NAME`` that lives
     on (and records again after ``GRANDCHILD_WAIT`` seconds if it was not killed); entry points
     (pytest11, torch.backends), modules named like optional imports, .pth, sitecustomize,
-    usercustomize and conftest.py files record wherever they run."""
+    usercustomize and conftest.py files record wherever they run. With ``secret`` (the seed
+    file's path, as a student could read it from a command line), the module tries to read it
+    and records ``read-the-seed`` if it could."""
     recorder = f"CANARY = {str(canary)!r}\nGRANDCHILD_WAIT = {GRANDCHILD_WAIT}\n" + RECORDER
     starter = (repo / f"{lab}.py").read_text()
     _write(repo / f"{lab}.py", starter + "\n\n" + recorder + textwrap.dedent('''
@@ -328,6 +330,12 @@ def plant_canary(repo: Path, lab: str, canary: Path) -> None:
         import time as _time
 
         _record("import")
+        try:
+            with open(SECRET) as _fh:
+                _fh.read()
+            _record("read-the-seed")
+        except (OSError, TypeError):
+            pass
         _atexit.register(_record, "atexit")
         if _os.fork() == 0:
             _ctypes.CDLL(None).prctl(15, CANARY_NAME.encode(), 0, 0, 0)  # PR_SET_NAME
@@ -344,7 +352,7 @@ def plant_canary(repo: Path, lab: str, canary: Path) -> None:
 
         def msda_naive_student(*args, **kwargs):
             raise RuntimeError("canary: " + " ".join(_RECORDS))
-    ''').replace("CANARY_NAME", repr(CANARY_NAME)))
+    ''').replace("CANARY_NAME", repr(CANARY_NAME)).replace("SECRET", repr(secret and str(secret))))
     places = {
         "optional-import": [f"{name}.py" for name in OPTIONAL_IMPORTS],
         "entry-point": ["canary_plugin.py"],

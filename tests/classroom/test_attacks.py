@@ -94,14 +94,15 @@ def canary_folder():
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def _whole_checkouts(folder: Path, export: Path, canary: Path) -> dict[str, list[str]]:
+def _whole_checkouts(folder: Path, export: Path, canary: Path,
+                     secret: Path) -> dict[str, list[str]]:
     """The honest students (the chip), the canary and one checkout per whole-checkout attack,
     added to the class; returns {attack: the planted files the regrade must list}."""
     for name in HONEST:
         shutil.copytree(export, folder / name)
         shutil.copy2(CHIP_DIR / f"{CHECKOUT_LAB}.py", folder / name / f"{CHECKOUT_LAB}.py")
     shutil.copytree(export, folder / "canary")
-    plant_canary(folder / "canary", CHECKOUT_LAB, canary)
+    plant_canary(folder / "canary", CHECKOUT_LAB, canary, secret)
     planted = {}
     for attack in CHECKOUT_ATTACKS:
         shutil.copytree(export, folder / attack.name)
@@ -166,19 +167,26 @@ def test_attacks_score_zero_under_the_separated_regrade(exports, tmp_path, lab, 
     folder = tmp_path / "class"
     folder.mkdir()
     make_class(folder, exports[lab], chosen, files)
-    planted, canary = {}, None
-    if lab == CHECKOUT_LAB:
+    planted, canary, seed, secret = {}, None, SECRET_SEED, {}
+    if lab == CHECKOUT_LAB:  # the same secret from a private seed file, which the canary seeks
         canary = request.getfixturevalue("canary_folder")
-        planted = _whole_checkouts(folder, exports[lab], canary)
+        seed_file = tmp_path / "seed"
+        seed_file.write_text(f"{SECRET_SEED}\n")
+        seed_file.chmod(0o600)
+        seed, secret = None, {"MSDA_GRADE_SEED_FILE": str(seed_file)}
+        planted = _whole_checkouts(folder, exports[lab], canary, seed_file)
     github = {name: tmp_path / name.lower() for name in GITHUB_FILES}
     for path in github.values():
         path.write_text("")
     results, notes, output = regrade_class(
-        folder, lab, exports[lab], seed=SECRET_SEED,
-        env={**SEPARATE, **{k: str(p) for k, p in github.items()}})
+        folder, lab, exports[lab], seed=seed,
+        env={**SEPARATE, **secret, **{k: str(p) for k, p in github.items()}})
     problems = [v for a in chosen if (v := _verdict(a, results.get(a.name), notes.get(a.name)))]
     if planted:
         problems += _checkout_problems(results, planted)
+        problems += [f"{name}: the seed file is not among the files proved closed to the child"
+                     for name, result in results.items() if result and secret[
+                         "MSDA_GRADE_SEED_FILE"] not in result["separation"].get("hidden", [])]
         time.sleep(GRANDCHILD_WAIT + 1)  # a grandchild that lived on would have recorded by now
         problems += _canary_problems(results.get("canary"), canary)
     if any(a.name == "outlive" for a in chosen) or planted:

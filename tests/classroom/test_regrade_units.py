@@ -90,6 +90,17 @@ def test_a_seed_file_others_can_read_is_refused(exports, checkout, monkeypatch, 
     assert any("secret seed" in note for note in result.notes)
 
 
+def test_the_command_line_refuses_a_readable_seed_file(checkout, tmp_path, capsys):
+    from msda_labs.cli import main
+
+    seed = tmp_path / "seed"
+    seed.write_text("12345\n")
+    seed.chmod(0o640)
+    assert main(["regrade", str(checkout), "--seed-file", str(seed)]) == 2
+    err = capsys.readouterr().err
+    assert "can be read by other users (mode 0640)" in err and f"chmod 600 {seed}" in err
+
+
 def test_gradebook_rows_are_sealed_and_checked(tmp_path):
     result = GradeResult(LAB, stages=["cpu"], exercises=[
         ExerciseResult("1.1", "f", [Verdict("test_x", "passed", 2, 2)])])
