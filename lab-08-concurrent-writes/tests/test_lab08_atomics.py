@@ -8,7 +8,6 @@ Gradients are compared with fp32 autograd of the grid_sample reference on the sa
 inputs and a seeded upstream gradient; the checks of each buffer are in judge_lab08.py.
 """
 
-from functools import lru_cache
 
 import judge_lab08 as judge
 import probes_lab08 as probes
@@ -17,9 +16,10 @@ import torch
 from probes_lab08 import upstream
 
 from msda_labs.grading import expect_close
-from msda_labs.grading.baseline import with_baselines
+from msda_labs.grading.baseline import chip_function
 from msda_labs.grading.bigcase import BigCase, judge_big
 from msda_labs.grading.probes import run_guarded, shared_run
+from msda_labs.grading.speedjudge import judge_msda_speed
 from msda_labs.grading.timing import REFERENCE_LIMIT, add_note, check_reference_speed
 from msda_labs.mistakes import grad_variants
 from msda_labs.truth.cases import (
@@ -32,7 +32,7 @@ from msda_labs.truth.cases import (
     make_inputs,
     seeded_generator,
 )
-from msda_labs.truth.reference import reference_grads
+from msda_labs.truth.reference import msda_reference, reference_grads
 
 LAB = "lab08"
 TITLE = "Concurrent writes"
@@ -275,36 +275,60 @@ def test_backward_decoder_on_gpu(submission, dtype, fp32_grad_accum):
 
 
 # -- Task 8.4: speed, against autograd of the PyTorch reference -----------------------------------
+# Timed on the judge's clock (msda_labs.grading.speedjudge): the judge sends a fresh seed, your
+# child draws 16 new input sets (and upstream gradients) from it on the GPU, calls msda_backward
+# on each and sends back a checksum of every call's three gradients; the judge's clock runs from
+# the seed to the checksums. Two calls of every round, picked at random afterwards, are checked
+# in full against the reference's gradients (the checksums bind every call to its output).
 # The baseline is the backward of the grid_sample reference through autograd (every copy of the
 # kit carries it; the lab 08 chip, absent from an exported lab 08, is only reported): its forward
-# + backward less its forward alone, both timed by the judge on the same inputs, with the method
-# your child's race used (the child holds no baseline; autograd cannot replay a backward
-# without its forward in a CUDA graph). fp32: atomics of the element type on every GPU. grid_sample
-# adds every channel of every corner with its own atomic and copies the pyramid twice more; a
-# kernel that follows the lab adds rows of D channels at once, so "no slower than the reference"
-# is generous to right work and still fails a kernel that sleeps or serializes.
+# + backward less its forward alone, both timed the same way by the judge in a process that never
+# loaded your module. fp32: atomics of the element type on every GPU. grid_sample adds every
+# channel of every corner with its own atomic and copies the pyramid twice more; a kernel that
+# follows the lab adds rows of D channels at once, so "no slower than the reference" is generous
+# to right work and still fails a kernel that sleeps or serializes.
 SPEED_CASE, SPEED_DTYPE = DECODER, "float32"
 SPEED_LIMIT = REFERENCE_LIMIT  # your backward's time / the reference's backward's
+SPEED_VERIFIED = 2  # calls of each timed round checked in full
 
 
-@lru_cache(maxsize=1)
-def _speed_reference(case: Case, dtype_name: str):
-    """fp32 autograd gradients of the reference: (grad_value, grad_loc, grad_attn)."""
-    inputs = make_inputs(case, getattr(torch, dtype_name))
-    return reference_grads(inputs.value, inputs.spatial_shapes, inputs.sampling_locations,
-                           inputs.attention_weights, upstream(case).to(getattr(torch, dtype_name)))
+def speed_baselines() -> dict:
+    """The calls the judge times beside yours, on each timed input set: the reference's forward
+    + backward, its forward alone, and the lab 08 chip where this copy of the kit carries it."""
+    chip = chip_function("lab08", "msda_backward")
+
+    def reference(value, shapes, _starts, loc, attn, grad):
+        leaves = tuple(t.detach().requires_grad_() for t in (value, loc, attn))
+        out = msda_reference(leaves[0], shapes, leaves[1], leaves[2])
+        return torch.autograd.grad(out, leaves, grad)
+
+    def reference_forward(value, shapes, _starts, loc, attn, _grad):
+        with torch.no_grad():
+            return msda_reference(value, shapes, loc, attn)
+
+    return {"reference": reference, "reference_forward": reference_forward,
+            "chip": None if chip is None else (lambda *inputs: chip(*inputs))}
 
 
 @pytest.mark.task("8.4", points=2)
 @pytest.mark.stage("gpu")
 def test_backward_speed_against_the_reference(submission):
     case, dtype_name = SPEED_CASE, SPEED_DTYPE
-    measured = run_guarded(submission, probes.speed_probe, case, dtype_name, hint=CRASH_HINT)
-    measured = with_baselines(measured, judge.speed_baselines(case, dtype_name))
+    dtype = getattr(torch, dtype_name)
     where = f"{case.describe()} in {dtype_name}"
-    # A fast wrong answer earns nothing: the gradients of the timed call are checked first.
-    judge.check_timed_gradients(measured, _speed_reference(case, dtype_name),
-                                getattr(torch, dtype_name), where)
+
+    def truth(inputs):
+        value, shapes, _starts, loc, attn, grad = inputs
+        return reference_grads(value, shapes, loc, attn, grad)
+
+    def close(res, refs, what):
+        for name, got, ref in zip(judge.NAMES, res, refs):
+            expect_close(got, ref, what=f"msda_backward {name} ({what}) on the GPU", case=where,
+                         dtype=dtype, backward=True, expect_dtype=dtype)
+
+    measured = judge_msda_speed(submission, case, dtype_name, fn="msda_backward",
+                                call="backward", truth=truth, close=close,
+                                baselines=speed_baselines(), verify=SPEED_VERIFIED)
     check_reference_speed(
         measured, what=f"msda_backward on {where}",
         reference_label="the backward of the PyTorch reference (grid_sample, autograd)",

@@ -26,7 +26,13 @@ from probes_lab10 import DTYPES, FAR, FAR_HEADS
 from msda_labs.grading import expect_close
 from msda_labs.grading.probes import timed_output
 from msda_labs.grading.rejections import expect_rejections
-from msda_labs.grading.timing import REFERENCE_LIMIT, check_reference_speed
+from msda_labs.grading.speedjudge import judge_msda_speed
+from msda_labs.grading.timing import (
+    REFERENCE_LIMIT,
+    add_note,
+    check_reference_speed,
+    reference_speed_line,
+)
 from msda_labs.truth.cases import DECODER, EXACT_KNOTS, OUT_OF_BOUNDS, SINGLE, STANDARD_CASES
 from msda_labs.truth.reference import msda_reference, reference_grads
 
@@ -243,7 +249,55 @@ def test_gpu_speed_against_the_reference(submission):
     check_output(res, case, dtype_name, what)
     check_grads(res, case, dtype_name, what)
     check_kernels_ran(measured, what)
-    check_reference_speed(measured, what=f"msda forward + backward on {case.describe()} in "
-                          f"{dtype_name}", reference_label="the same step of the PyTorch "
-                          "reference (grid_sample, autograd)", chip_label="the lab 10 chip",
-                          limit=SPEED_LIMIT, submission=submission)
+    desc = f"msda forward + backward on {case.describe()} in {dtype_name}"
+    ref_label = "the same step of the PyTorch reference (grid_sample, autograd)"
+    # The race in your own process stays as feedback; the grade comes from the judge's clock.
+    add_note(submission, "feedback, not graded (timed in your own process): " +
+             reference_speed_line(measured, what=desc, reference_label=ref_label,
+                                  chip_label="the lab 10 chip", limit=SPEED_LIMIT))
+    judged = judge_msda_speed(submission, case, dtype_name, fn="msda", call="autograd",
+                              truth=_step_truth, close=_step_close(case, dtype_name),
+                              baselines=_step_baselines(), verify=SPEED_VERIFIED)
+    check_reference_speed(judged, what=desc, reference_label=ref_label,
+                          chip_label="the lab 10 chip", limit=SPEED_LIMIT, submission=submission)
+
+
+# The judge's clock (msda_labs.grading.speedjudge): 16 steps a round on input sets drawn from a
+# seed your child sees only when the clock starts; two steps of every round, picked at random
+# afterwards, are checked in full (the checksums sent inside the timed window bind the others).
+SPEED_VERIFIED = 2
+
+
+def _step_truth(inputs):
+    value, shapes, _starts, loc, attn, grad = inputs
+    out = msda_reference(value.double(), shapes, loc.double(), attn.double())
+    return (out, *reference_grads(value, shapes, loc, attn, grad))
+
+
+def _step_close(case, dtype_name):
+    def close(res, expected, what):
+        names = ("the output", "the gradient of value", "the gradient of sampling_locations",
+                 "the gradient of attention_weights")
+        for i, (name, got, ref) in enumerate(zip(names, res, expected)):
+            expect_close(got, ref, what=f"msda then backward ({what}) on the GPU: {name}",
+                         case=f"{case.describe()} in {dtype_name}", dtype=DTYPES[dtype_name],
+                         backward=i > 0)
+    return close
+
+
+def _step_baselines() -> dict:
+    """The steps the judge times beside yours: the reference's, and the lab 10 chip's where this
+    copy of the kit carries it (the chip is never in your process)."""
+    from msda_labs.grading.baseline import chip_function
+
+    def step(forward):
+        def run(value, shapes, starts, loc, attn, grad):
+            leaves = [t.detach().requires_grad_(True) for t in (value, loc, attn)]
+            out = forward(leaves[0], shapes, starts, leaves[1], leaves[2])
+            return (out, *torch.autograd.grad(out, leaves, grad))
+        return run
+
+    chip = chip_function("lab10", "msda")
+    return {"reference": step(lambda value, shapes, _starts, loc, attn:
+                              msda_reference(value, shapes, loc, attn)),
+            "chip": None if chip is None else step(chip)}

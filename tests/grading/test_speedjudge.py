@@ -19,6 +19,7 @@ from kit import FakeSession, load_file_module
 from msda_labs.grading import speedjudge
 from msda_labs.grading.executor import Executor
 from msda_labs.grading.submission import Submission
+from msda_labs.grading.timing import how_timed
 from msda_labs.truth.cases import MULTI_LEVEL
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,53 +53,110 @@ def lab05():
     return load_file_module(path, "_speedjudge_test_lab05_forward", beside=True)
 
 
-def _grade(lab05, ex: Executor, path: Path):
-    """Lab 05's speed test on ``path`` (MULTI_LEVEL in float32, 2 rounds of 2 calls) through
-    ``ex``'s worker: (the AssertionError it raised or None, the judge's timing, the notes)."""
+def _grade(lab05, ex: Executor, path: Path, test: str = "test_forward_speed_against_the_reference"):
+    """A lab's speed test (lab 05's by default) on ``path`` (MULTI_LEVEL in float32, 2 rounds of
+    2 calls) through ``ex``'s worker: (the AssertionError it raised or None, the judge's timing,
+    the notes)."""
     saved = {name: getattr(lab05, name) for name in
-             ("SPEED_CASE", "SPEED_DTYPE", "SPEED_LIMIT", "check_reference_speed")}
+             ("SPEED_CASE", "SPEED_DTYPE", "SPEED_LIMIT", "check_reference_speed",
+              "chip_function")}
     seen = {}
 
     def check(measured, **kwargs):
         seen["measured"] = measured
-        return saved["check_reference_speed"](measured, **kwargs)
+        seen["line"] = how_timed(measured)
 
-    # Wall-clock times on two shared CPU cores wander too much for a ratio to the reference:
-    # the speed verdict here is the judge's time against the attacks' 20 ms sleep (below).
+    # Wall-clock times on two shared CPU cores wander too much for a ratio to the reference
+    # (the judge's arithmetic is proved in tests/grading/test_timing.py): the speed verdict here
+    # is the judge's time against the attacks' 20 ms sleep (below). The chips would run in
+    # Triton's interpreter, half a second a call: left out.
     lab05.SPEED_CASE, lab05.SPEED_DTYPE, lab05.SPEED_LIMIT = MULTI_LEVEL, "float32", 1e9
     lab05.check_reference_speed = check
+    lab05.chip_function = lambda lab, name: None
     ex.submission = path  # the worker reads the submission named in each request
     session = _Session(ex)
     sub = Submission.__new__(Submission)
     sub._session, sub.mode, sub.path = session, "cpu", path
     try:
-        lab05.test_forward_speed_against_the_reference(sub)
+        getattr(lab05, test)(sub)
         error = None
     except AssertionError as exc:
         error = exc
     finally:
         for name, value in saved.items():
             setattr(lab05, name, value)
-    return error, seen.get("measured"), session.notes
+    return error, seen.get("measured"), [seen.get("line", "")]
+
+
+BACKWARD = """
+def msda_backward(value, spatial_shapes, level_start_index, sampling_locations,
+                  attention_weights, grad_out, fp32_grad_accum=False, BLOCK_Q=16, num_warps=4):
+    leaves = [t.detach().requires_grad_() for t in (value, sampling_locations, attention_weights)]
+    out = _honest(leaves[0], spatial_shapes, level_start_index, leaves[1], leaves[2])
+    return torch.autograd.grad(out, leaves, grad_out.reshape(out.shape))
+"""
+
+OPERATOR = """
+def msda(value, spatial_shapes, level_start_index, sampling_locations, attention_weights, *,
+         fp32_grad_accum=None):
+    return _honest(value, spatial_shapes, level_start_index, sampling_locations,
+                   attention_weights)
+"""
 
 
 @pytest.fixture(scope="module")
 def verdicts(lab05, tmp_path_factory):
-    honest = tmp_path_factory.mktemp("honest") / "lab05.py"
+    """Every speed trial of this file, through one grading worker: lab 05's speed test on the
+    honest stand-in and on every attack, lab 08's on a backward stand-in, lab 10's judge-clock
+    step on an operator stand-in."""
+    folder = tmp_path_factory.mktemp("standins")
+    honest = folder / "lab05.py"
     honest.write_text(_honest_source())
+    base = _honest_source().split("\ndef msda_forward(")[0]
+    (folder / "lab08.py").write_text(base + BACKWARD)
+    (folder / "lab10.py").write_text(base + OPERATOR)
     with Executor(honest, default_timeout=60) as ex:
         found = {"honest": _grade(lab05, ex, honest)}
         for path in sorted(ATTACKS.glob("lab05_*.py")):
             found[path.stem.removeprefix("lab05_")] = _grade(lab05, ex, path)
+        lab08 = load_file_module(ROOT / "lab-08-concurrent-writes" / "tests" /
+                                 "test_lab08_atomics.py", "_speedjudge_test_lab08", beside=True)
+        found["lab08"] = _grade(lab08, ex, folder / "lab08.py",
+                                "test_backward_speed_against_the_reference")
+        lab10 = load_file_module(ROOT / "lab-10-ship-it" / "tests" / "test_lab10_suite.py",
+                                 "_speedjudge_test_lab10", beside=True)
+        ex.submission = folder / "lab10.py"
+        sub = Submission.__new__(Submission)
+        sub._session, sub.mode, sub.path = _Session(ex), "cpu", ex.submission
+        baselines = {**lab10._step_baselines(), "chip": None}  # no interpreted chip here
+        found["lab10"] = speedjudge.judge_msda_speed(
+            sub, MULTI_LEVEL, "float32", fn="msda", call="autograd", truth=lab10._step_truth,
+            close=lab10._step_close(MULTI_LEVEL, "float32"), baselines=baselines,
+            verify=lab10.SPEED_VERIFIED)
     return found
+
+
+def test_lab08_backward_is_timed_and_checked_on_the_judges_clock(verdicts):
+    error, measured, notes = verdicts["lab08"]
+    assert error is None, error
+    assert set(measured["times_us"]) == {"yours", "reference", "reference_forward"}
+    assert measured["verified"] == 3 * 2  # two calls of each of the three rounds, picked
+    assert "the judge's clock" in notes[0]
+
+
+def test_lab10_step_is_timed_and_checked_on_the_judges_clock(verdicts):
+    measured = verdicts["lab10"]
+    assert set(measured["times_us"]) == {"yours", "reference"}
+    assert measured["method"] == "judge-clock" and measured["verified"] == 3 * 2
 
 
 def test_the_honest_submission_passes_with_every_output_checked(verdicts):
     error, measured, notes = verdicts["honest"]
     assert error is None, error
     assert measured["verified"] == 3 * 2 and measured["times_us"]["yours"] < SLOW_US
-    line = next(n for n in notes if n.startswith("speed of msda_forward"))
+    (line,) = notes
     assert "the judge's clock" in line and "every output checked" in line
+    assert set(measured["times_us"]) == {"yours", "reference"}
 
 
 EXPECTED = {

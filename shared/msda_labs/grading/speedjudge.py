@@ -42,7 +42,8 @@ import torch
 from msda_labs.grading import speedtrial
 from msda_labs.grading.submission import SubmissionProblem
 
-__all__ = ["forward_spec", "judge_speed", "judge_msda_speed", "msda_floor_bytes", "SpeedTrialFailed", "device_bandwidth_gbs",
+__all__ = ["forward_spec", "judge_speed", "judge_msda_speed", "msda_floor_bytes",
+           "SpeedTrialFailed", "device_bandwidth_gbs",
            "CACHE_FACTOR", "METHOD"]
 
 METHOD = "judge-clock"
@@ -67,8 +68,9 @@ def forward_spec(case, dtype_name: str, *, fn: str, n: int, op: str = "forward",
     L = len(case.shapes)
     B, Q, M, D, K = case.B, case.Q, case.M, case.D, case.K
     call = call or op
-    outs = ([[B, Q, M * D]] if call == "forward" else
-            [[B, S, M, D], [B, Q, M, L, K, 2], [B, Q, M, L, K]])
+    grads = [[B, S, M, D], [B, Q, M, L, K, 2], [B, Q, M, L, K]]
+    outs = {"forward": [[B, Q, M * D]], "backward": grads, "autograd": [[B, Q, M * D], *grads]}
+    outs = outs[call]
     return {"op": op, "call": call, "fn": fn, "kwargs": dict(kwargs or {}), "n": int(n),
             "dtype": dtype_name, "out_shapes": outs, "out_dtypes": [dtype_name] * len(outs),
             "case": {"B": B, "Q": Q, "M": M, "D": D, "K": K, "shapes": shapes,
@@ -146,7 +148,7 @@ def _noop_call(spec: Mapping) -> Callable:
     return call
 
 
-# -- one round --------------------------------------------------------------------------------------
+# -- one round -------------------------------------------------------------------------------------
 def _recv(conn: Connection, timeout: float, who: str) -> bytes:
     if not conn.poll(timeout):
         raise TimeoutError(f"{who} did not answer within {timeout:g} s")
@@ -226,17 +228,25 @@ class _Checker:
                 size = speedtrial._prod(shape)
                 parts.append(flat[at:at + size].reshape(shape).to(getattr(torch, spec["dtype"])))
                 at += size
-            expected = self.truth(sets[i])
+            expected = _on_cpu(self.truth(sets[i]))
             self.close(tuple(parts) if len(parts) > 1 else parts[0], expected,
                        f"timed call {i + 1} of round {round_no}")
             self.checked += 1
+
+
+def _on_cpu(obj):
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_on_cpu(x) for x in obj)
+    return obj
 
 
 def _describe(meta) -> str:
     return ", ".join(f"{d}{tuple(s)}" for s, d in meta)
 
 
-# -- the trial --------------------------------------------------------------------------------------
+# -- the trial -------------------------------------------------------------------------------------
 def _clean_rounds(server: _CleanServer, names, rounds: int, times: dict, timeout: float) -> None:
     for _ in range(rounds):
         for name in names:
@@ -369,9 +379,11 @@ def msda_floor_bytes(case, itemsize: int) -> tuple[int, int]:
 
 def judge_msda_speed(submission, case, dtype_name: str, *, fn: str, truth, close, baselines,
                      call: str = "forward", kwargs: Mapping | None = None,
-                     n: int | None = None, rounds: int | None = None) -> dict:
+                     n: int | None = None, rounds: int | None = None,
+                     verify: int | None = None) -> dict:
     """:func:`judge_speed` on an MSDA case: ``n`` calls a round (16 on a GPU, 2 without), as
-    many rounds (9 on a GPU, 2 without), the floor from the forward's bytes (a forward only)."""
+    many rounds (9 on a GPU, 2 without), ``verify`` calls checked a round (None: all), the floor
+    from the forward's bytes (a forward only)."""
     gpu = torch.cuda.is_available()
     n = n or (16 if gpu else 2)
     rounds = rounds or (9 if gpu else 2)
@@ -380,4 +392,4 @@ def judge_msda_speed(submission, case, dtype_name: str, *, fn: str, truth, close
     itemsize = torch.empty((), dtype=getattr(torch, dtype_name)).element_size()
     floor = msda_floor_bytes(case, itemsize) if call == "forward" else None
     return judge_speed(submission, spec, truth=truth, close=close, baselines=baselines,
-                       rounds=rounds, floor_bytes=floor)
+                       rounds=rounds, floor_bytes=floor, verify=verify)

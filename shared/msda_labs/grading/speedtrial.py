@@ -63,7 +63,7 @@ def draw_round(spec: Mapping, seed: int, device) -> tuple[list[tuple], torch.Ten
     value = torch.randn(n, B, S, M, D, **f32).to(dtype)
     loc = (lo + (hi - lo) * torch.rand(n, B, Q, M, L, K, 2, **f32)).to(dtype)
     attn = torch.rand(n, B, Q, M, L * K, **f32).softmax(-1).reshape(n, B, Q, M, L, K).to(dtype)
-    grad = torch.randn(n, B, Q, M, D, **f32).to(dtype) if spec["op"] == "backward" else None
+    grad = torch.randn(n, B, Q, M * D, **f32).to(dtype) if spec["op"] == "backward" else None
     weights = torch.randn(n, out_numel(spec), **f32)
     spatial = torch.tensor(shapes, dtype=torch.int64, device=device)
     sizes = spatial[:, 0] * spatial[:, 1]
@@ -143,12 +143,13 @@ def _backward_call(fn: Callable, kwargs: Mapping) -> Callable:
 
 
 def _autograd_call(fn: Callable, kwargs: Mapping) -> Callable:
-    """forward + backward through autograd: the three gradients are the output."""
+    """A training step: the forward, then the three gradients through autograd; the output and
+    the gradients are the result."""
 
     def call(value, shapes, starts, loc, attn, grad):
         leaves = [t.detach().requires_grad_(True) for t in (value, loc, attn)]
         out = fn(leaves[0], shapes, starts, leaves[1], leaves[2], **kwargs)
-        return torch.autograd.grad(out, leaves, grad)
+        return (out, *torch.autograd.grad(out, leaves, grad))
     return call
 
 

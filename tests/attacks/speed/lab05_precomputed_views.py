@@ -9,13 +9,15 @@ import time
 import torch
 import torch.nn.functional as F
 
+from msda_labs.student.cases import Case, make_inputs
+
 SLOW_S = 0.02  # the real work of this copy is slow: it sleeps this long on every computed call
 
 
 def _honest(value, spatial_shapes, level_start_index, sampling_locations, attention_weights):
     """MSDA forward in plain torch: one grid_sample per level, weighted and summed in fp32."""
     B, S, M, D = value.shape
-    Q, L, K = sampling_locations.shape[1], sampling_locations.shape[3], sampling_locations.shape[4]
+    Q, K = sampling_locations.shape[1], sampling_locations.shape[4]
     out = torch.zeros(B, M, D, Q, dtype=torch.float32, device=value.device)
     sizes = [(int(h), int(w)) for h, w in spatial_shapes.tolist()]
     first = 0
@@ -38,7 +40,6 @@ def _slow(*args):
     return _honest(*args)
 
 
-from msda_labs.student.cases import Case, make_inputs
 
 _PUBLIC = [(Case("decoder", B=4, Q=300, M=8, D=32,
                  shapes=((100, 167), (50, 84), (25, 42), (13, 21)), K=4), torch.float16),

@@ -14,7 +14,7 @@ SLOW_S = 0.02  # the real work of this copy is slow: it sleeps this long on ever
 def _honest(value, spatial_shapes, level_start_index, sampling_locations, attention_weights):
     """MSDA forward in plain torch: one grid_sample per level, weighted and summed in fp32."""
     B, S, M, D = value.shape
-    Q, L, K = sampling_locations.shape[1], sampling_locations.shape[3], sampling_locations.shape[4]
+    Q, K = sampling_locations.shape[1], sampling_locations.shape[4]
     out = torch.zeros(B, M, D, Q, dtype=torch.float32, device=value.device)
     sizes = [(int(h), int(w)) for h, w in spatial_shapes.tolist()]
     first = 0
