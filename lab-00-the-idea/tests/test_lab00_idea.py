@@ -64,11 +64,16 @@ def expect_grads(result, refs, whats, hint, dtype):
         expect_close(res, ref, what=what, dtype=dtype, backward=True)
 
 
-def _expect_calls(submission, name, args, want, message):
-    """A rule on how many grid_sample calls ``name(*args)`` makes; ``{calls}`` in the message."""
-    calls = submission.run(probe_function, name, args, count=True)["calls"]
-    if calls != want:
-        raise AssertionError(message.replace("{calls}", str(calls)))
+def _expect_calls(submission, name, args, want, message, ref, dtype=torch.float64):
+    """A rule on how many grid_sample calls ``name(*args)`` makes; ``{calls}`` in the message.
+    The rule earns its point only on a call whose output is right (``ref``): one call that
+    returns zeros is not the exercise."""
+    res = submission.run(probe_function, name, args, count=True)
+    if res["calls"] != want:
+        raise AssertionError(message.replace("{calls}", str(res["calls"])))
+    expect_close(res.get("out"), ref, dtype=dtype, expect_dtype=dtype,
+                 what=f"{name}, graded for its number of grid_sample calls only when its output "
+                      f"is right")
 
 
 # == Task 0.1: bilinear_sample ===================================================================
@@ -137,7 +142,7 @@ def test_bilinear_one_grid_sample_no_loop(submission):
     points = torch.rand(40, 2, generator=gen, dtype=torch.float64) * 5
     _expect_calls(submission, "bilinear_sample", (img, points), 1,
                   "rule: bilinear_sample must read all N points with one F.grid_sample call; "
-                  "reading 40 points made {calls} calls")
+                  "reading 40 points made {calls} calls", pixel_reads(img, points))
     loops = submission.source.loops("bilinear_sample")
     if loops:
         raise AssertionError(f"rule: bilinear_sample must not loop (no for/while or "
@@ -206,6 +211,13 @@ def test_deform_attend_one_sampling_call(submission):
     if calls != 1:
         raise AssertionError(f"rule: deform_attend must read all Q * K points with one "
                              f"bilinear_sample call; 5 queries x 3 points made {calls} calls")
+    # The one-call rule earns its point only on a deform_attend whose output is right.
+    Q, K, _ = points.shape
+    samples = smooth_sample(value, points.reshape(Q * K, 2)).reshape(Q, K, -1)
+    expect_close(result["stand_in"].get("out"), (weights.unsqueeze(-1) * samples).sum(1),
+                 dtype=torch.float64, expect_dtype=torch.float64,
+                 what="deform_attend with the grader's stand-in bilinear_sample, graded for its "
+                      "number of calls only when its output is right")
 
 
 # == Task 0.5: msda ===============================================================================
@@ -253,4 +265,4 @@ def test_msda_one_grid_sample_per_level(submission):
     _expect_calls(submission, "msda", (value, shapes, loc, attn), case.L,
                   f"rule: msda must make one grid_sample call per level, with batch and heads "
                   f"together in the image's first axis (B * M); on {case.describe()} it made "
-                  f"{{calls}} calls for {case.L} levels")
+                  f"{{calls}} calls for {case.L} levels", msda_reference(value, shapes, loc, attn))

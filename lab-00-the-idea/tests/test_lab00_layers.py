@@ -162,6 +162,11 @@ def _check_structure_and_shape(submission, kind):
                       dtype=torch.float32)
 
     expect_either(result, check, check)
+    # The structure earns its point on a layer that computes: an output of the right shape that
+    # ignores its input (zeros, the input echoed) is not a layer.
+    _expect_both_ways(result, kind, layer, state, inputs,
+                      f"{what} on {on}: the right structure and shape, and the right output",
+                      kind.reference(_double(state), layer, _as64(inputs), LAYER_SPEC))
 
 
 def _expect_both_ways(result, kind, layer, state, inputs, what, own_reference):
