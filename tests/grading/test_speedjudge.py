@@ -104,11 +104,30 @@ def msda(value, spatial_shapes, level_start_index, sampling_locations, attention
 """
 
 
+CHUNKED = """
+def msda_forward_chunked(value, spatial_shapes, level_start_index, sampling_locations,
+                         attention_weights, CHUNK_D=None, BLOCK_Q=32):
+    return _honest(value, spatial_shapes, level_start_index, sampling_locations,
+                   attention_weights)
+
+
+def make_autotuned_forward(configs=None):
+    return "a kernel the child built once"
+
+
+def msda_forward_autotuned(value, spatial_shapes, level_start_index, sampling_locations,
+                           attention_weights, kernel=None):
+    assert kernel == "a kernel the child built once"
+    return _honest(value, spatial_shapes, level_start_index, sampling_locations,
+                   attention_weights)
+"""
+
+
 @pytest.fixture(scope="module")
 def verdicts(lab05, tmp_path_factory):
     """Every speed trial of this file, through one grading worker: lab 05's speed test on the
     honest stand-in and on every attack, lab 08's on a backward stand-in, lab 10's judge-clock
-    step on an operator stand-in."""
+    step on an operator stand-in, lab 06's two variants of a chunked stand-in."""
     folder = tmp_path_factory.mktemp("standins")
     honest = folder / "lab05.py"
     honest.write_text(_honest_source())
@@ -133,7 +152,27 @@ def verdicts(lab05, tmp_path_factory):
             sub, MULTI_LEVEL, "float32", fn="msda", call="autograd", truth=lab10._step_truth,
             close=lab10._step_close(MULTI_LEVEL, "float32"), baselines=baselines,
             verify=lab10.SPEED_VERIFIED)
+        lab06 = load_file_module(ROOT / "lab-06-make-it-fast" / "tests" / "test_lab06_fast.py",
+                                 "_speedjudge_test_lab06", beside=True)
+        ex.submission = folder / "lab06.py"
+        (folder / "lab06.py").write_text(base + CHUNKED)
+        sub = Submission.__new__(Submission)
+        sub._session, sub.mode, sub.path = _Session(ex), "cpu", ex.submission
+        found["lab06"] = lab06._on_the_judges_clock(sub, {"best_config": None}, {
+            "autotuned": {"fn": "msda_forward_autotuned", "make": "make_autotuned_forward"},
+            "fixed": {"fn": "msda_forward_chunked", "kwargs": {"CHUNK_D": 2}}},
+            case=MULTI_LEVEL)
     return found
+
+
+def test_lab06_variants_alternate_in_one_child_on_the_judges_clock(verdicts):
+    """Two variants of one module (one built by a factory the child calls once), every output
+    of both checked; the in-process result keeps its other keys, and both time tables are the
+    judge's."""
+    res = verdicts["lab06"]
+    assert res["best_config"] is None and res["method"] == "judge-clock"
+    assert set(res["times_us"]) == {"autotuned", "fixed"} and res["e2e_us"] is res["times_us"]
+    assert res["verified"] == 2 * 3 * 2  # two variants, three rounds (one warm-up), two calls
 
 
 def test_lab08_backward_is_timed_and_checked_on_the_judges_clock(verdicts):
@@ -307,7 +346,7 @@ def test_the_draw_is_fresh_per_call_and_the_same_for_the_same_seed():
 def test_the_floor_flags_an_impossible_time(monkeypatch):
     """A time below what the bytes take at the measured bandwidth is flagged, not credited."""
     fake = types.SimpleNamespace(_session=types.SimpleNamespace(timeout=5, last_output=""))
-    monkeypatch.setattr(speedjudge, "_student_rounds", lambda *a, **k: [1e-9] * 3)
+    monkeypatch.setattr(speedjudge, "_student_rounds", lambda *a, **k: {"yours": [1e-9] * 3})
     monkeypatch.setattr(speedjudge, "device_bandwidth_gbs", lambda: 1000.0)
     spec = speedjudge.forward_spec(MULTI_LEVEL, "float32", fn="msda_forward", n=2)
     with pytest.raises(speedjudge.SpeedTrialFailed, match="flagged for review"):

@@ -59,7 +59,8 @@ class SpeedTrialFailed(AssertionError):
 
 
 def forward_spec(case, dtype_name: str, *, fn: str, n: int, op: str = "forward",
-                 call: str | None = None, kwargs: Mapping | None = None) -> dict:
+                 call: str | None = None, kwargs: Mapping | None = None,
+                 variants: Mapping[str, Mapping] | None = None) -> dict:
     """A trial's spec for an MSDA case: its sizes, the dtype, the function and how it is called
     (``op``: the inputs drawn; ``call``: "forward", "backward" or "autograd"), ``n`` calls per
     timed round. Outputs: (B, Q, M*D) for a forward, the three gradients otherwise."""
@@ -72,6 +73,7 @@ def forward_spec(case, dtype_name: str, *, fn: str, n: int, op: str = "forward",
     outs = {"forward": [[B, Q, M * D]], "backward": grads, "autograd": [[B, Q, M * D], *grads]}
     outs = outs[call]
     return {"op": op, "call": call, "fn": fn, "kwargs": dict(kwargs or {}), "n": int(n),
+            "variants": {k: dict(v) for k, v in (variants or {}).items()},
             "dtype": dtype_name, "out_shapes": outs, "out_dtypes": [dtype_name] * len(outs),
             "case": {"B": B, "Q": Q, "M": M, "D": D, "K": K, "shapes": shapes,
                      "loc_lo": float(case.loc_lo), "loc_hi": float(case.loc_hi)}}
@@ -270,7 +272,8 @@ def judge_speed(submission, spec: Mapping, *, truth: Callable[[tuple], Any],
                 baselines: Mapping[str, Callable | None], rounds: int = 9,
                 verify: int | None = None, timeout: float | None = None,
                 floor_bytes: tuple[int, int] | None = None) -> dict:
-    """Time the student's ``spec["fn"]`` and the ``baselines`` on the judge's clock.
+    """Time the student's calls (``spec["fn"]`` as "yours", or ``spec["variants"]``) and the
+    ``baselines`` on the judge's clock.
 
     Args:
         submission: the test's ``submission`` fixture (its ``converse`` starts the child).
@@ -306,8 +309,7 @@ def judge_speed(submission, spec: Mapping, *, truth: Callable[[tuple], Any],
     try:
         _clean_rounds(server, names, 1, {}, timeout)  # warm: compilation, allocations
         _clean_rounds(server, names, (rounds + 1) // 2, times, timeout)
-        yours = _student_rounds(submission, spec, checker, rounds, timeout)
-        times["yours"] = yours
+        times.update(_student_rounds(submission, spec, checker, rounds, timeout))
         _clean_rounds(server, names, rounds // 2 + 1, times, timeout)
     finally:
         server.close()
@@ -328,25 +330,29 @@ def judge_speed(submission, spec: Mapping, *, truth: Callable[[tuple], Any],
         "spread_us": {name: _spread_us(v, n) for name, v in times.items()},
         "verified": checker.checked, "floor_us": floor_us, "bandwidth_gbs": bandwidth,
     }
-    if floor_us is not None and per_call["yours"] < floor_us:
-        raise SpeedTrialFailed(
-            f"flagged for review, not credited: {per_call['yours']:.2f} us a call on the judge's "
-            f"clock is below the {floor_us:.2f} us that moving its bytes takes at the "
-            f"{bandwidth:.0f} GB/s measured on this device")
+    for name in speedtrial.variants(spec):
+        if floor_us is not None and per_call[name] < floor_us:
+            raise SpeedTrialFailed(
+                f"flagged for review, not credited: {per_call[name]:.2f} us a call ({name}) on "
+                f"the judge's clock is below the {floor_us:.2f} us that moving its bytes takes "
+                f"at the {bandwidth:.0f} GB/s measured on this device")
     return measured
 
 
 def _student_rounds(submission, spec, checker: _Checker, rounds: int, timeout: float):
     talk = submission.converse(speedtrial.serve, dict(spec), timeout=timeout)
-    samples: list[float] = []
+    names = list(speedtrial.variants(spec))
+    samples: dict[str, list[float]] = {name: [] for name in names}
     failure: BaseException | None = None
     try:
         for round_no in range(rounds + 1):  # round 0: warm-up (compilation), checked, not timed
-            seconds, seed, raw = _timed_round(talk.conn, "yours", timeout, "your code")
-            reply = checker.reply(raw)
-            checker.check(talk.conn, reply, seed, timeout, "your code", round_no)
-            if round_no:
-                samples.append(seconds)
+            for name in names:  # the variants alternate round by round: drift hits all alike
+                seconds, seed, raw = _timed_round(talk.conn, name, timeout, "your code")
+                reply = checker.reply(raw)
+                label = round_no if len(names) == 1 else f"{round_no} ({name})"
+                checker.check(talk.conn, reply, seed, timeout, "your code", label)
+                if round_no:
+                    samples[name].append(seconds)
         talk.conn.send_bytes(b'{"do": "end"}')
     except (EOFError, OSError, TimeoutError) as exc:
         failure = exc  # the child ended or stalled: its own outcome says why
@@ -380,7 +386,8 @@ def msda_floor_bytes(case, itemsize: int) -> tuple[int, int]:
 def judge_msda_speed(submission, case, dtype_name: str, *, fn: str, truth, close, baselines,
                      call: str = "forward", kwargs: Mapping | None = None,
                      n: int | None = None, rounds: int | None = None,
-                     verify: int | None = None) -> dict:
+                     verify: int | None = None,
+                     variants: Mapping[str, Mapping] | None = None) -> dict:
     """:func:`judge_speed` on an MSDA case: ``n`` calls a round (16 on a GPU, 2 without), as
     many rounds (9 on a GPU, 2 without), ``verify`` calls checked a round (None: all), the floor
     from the forward's bytes (a forward only)."""
@@ -388,7 +395,8 @@ def judge_msda_speed(submission, case, dtype_name: str, *, fn: str, truth, close
     n = n or (16 if gpu else 2)
     rounds = rounds or (9 if gpu else 2)
     op = "forward" if call == "forward" else "backward"
-    spec = forward_spec(case, dtype_name, fn=fn, n=n, op=op, call=call, kwargs=kwargs)
+    spec = forward_spec(case, dtype_name, fn=fn, n=n, op=op, call=call, kwargs=kwargs,
+                        variants=variants)
     itemsize = torch.empty((), dtype=getattr(torch, dtype_name)).element_size()
     floor = msda_floor_bytes(case, itemsize) if call == "forward" else None
     return judge_speed(submission, spec, truth=truth, close=close, baselines=baselines,

@@ -157,12 +157,27 @@ def _autograd_call(fn: Callable, kwargs: Mapping) -> Callable:
 OPS = {"forward": _forward_call, "backward": _backward_call, "autograd": _autograd_call}
 
 
+def variants(spec: Mapping) -> dict:
+    """``{name: {"fn", "kwargs", "make"}}``: the student's calls a trial times; by default one,
+    "yours", ``spec["fn"]`` with ``spec["kwargs"]``. ``make`` names a function of the module
+    called once, with no argument, whose result is passed as the keyword ``kernel``."""
+    found = spec.get("variants")
+    if found:
+        return {name: dict(v) for name, v in found.items()}
+    return {"yours": {"fn": spec["fn"], "kwargs": spec.get("kwargs") or {}}}
+
+
 def serve(module, spec: Mapping, *, channel) -> dict:
-    """The probe: the student's ``spec["fn"]`` (called as ``spec["call"]`` says, with
-    ``spec["kwargs"]``) answers the judge's timed requests under the name "yours"."""
-    fn = getattr(module, spec["fn"], None)
-    if fn is None:
-        raise AttributeError(f"your module defines no '{spec['fn']}'")
-    call = OPS[spec.get("call", spec["op"])](fn, spec.get("kwargs") or {})
-    rounds = loop({"yours": call}, spec, channel)
+    """The probe: the student's calls (:func:`variants`, each called as ``spec["call"]`` says)
+    answer the judge's timed requests under their names."""
+    calls = {}
+    for name, variant in variants(spec).items():
+        fn = getattr(module, variant["fn"], None)
+        if fn is None:
+            raise AttributeError(f"your module defines no '{variant['fn']}'")
+        kwargs = dict(variant.get("kwargs") or {})
+        if variant.get("make"):
+            kwargs["kernel"] = getattr(module, variant["make"])()
+        calls[name] = OPS[spec.get("call", spec["op"])](fn, kwargs)
+    rounds = loop(calls, spec, channel)
     return {"rounds": rounds}
