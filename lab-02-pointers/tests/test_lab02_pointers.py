@@ -291,7 +291,9 @@ def test_overflows_int32_exact_boundary(submission):
 
 @pytest.mark.task("2.3", points=1)
 def test_overflows_int32_is_signed(submission):
-    _check_overflows(submission, ("p31p2", "p32m1", "p32", "p32p1"),
+    # Past 2**31 elements (an unsigned 32-bit index would still fit) and, so that an answer
+    # that is always True earns nothing, just below.
+    _check_overflows(submission, ("p31p2", "p32m1", "p32", "p32p1", "p31m1"),
                      "overflows_int32 between 2**31 and 2**32 elements")
 
 
@@ -304,3 +306,8 @@ def test_overflows_int32_returns_real_bools(submission):
             shown = f"{typename} {got}" if kind == "bool" else got
             raise AssertionError(f"overflows_int32{_SIZES[key][0]} must return a Python bool "
                                  f"(True or False), got {shown}; wrap it in bool(...)")
+        # The type earns its point only with the right answer (False, True, False here).
+        ref = _product(_SIZES[key][0]) - 1 > INT32_MAX
+        if got != ref:
+            raise AssertionError(f"overflows_int32{_SIZES[key][0]} returned the bool {got}, "
+                                 f"expected {ref}: a real bool, but the wrong one")
