@@ -1,11 +1,11 @@
 """A private world for every separated child: what it writes and starts ends with it.
 
 Where the grader runs as root and the kernel allows it, the zygote does not fork the process that
-runs a submission directly. It forks a *keeper* (root), which moves to new mount, IPC and PID
-namespaces and forks the namespace's *init* (root), which forks the *child* that drops to the
+runs a submission directly. It forks a *keeper* (root), the first process of a new PID namespace
+(its pid 1), which moves to new mount and IPC namespaces and forks the *child* that drops to the
 sandbox's uid (:func:`msda_labs.grading.sandbox.drop`) and runs the submission::
 
-    zygote ── keeper (root: namespaces, mounts) ── init (root, pid 1) ── child (the uid)
+    zygote ── keeper (root, pid 1 of its namespace: mounts) ── child (the uid)
 
 In the keeper's mount namespace (:func:`enter`):
 
@@ -19,17 +19,18 @@ In the keeper's mount namespace (:func:`enter`):
   judge's command line or environment.
 
 The IPC namespace gives the child SysV IPC and POSIX message queues of its own. When the child
-returns, init exits, and the kernel kills every process left in the PID namespace, whatever its
-uid or session; the last process gone, the tmpfs folders are freed. Nothing the child wrote or
-started is seen by the next one. The keeper and init never run student code and stay root: the
-child cannot signal them, and init dies with the keeper (``PR_SET_PDEATHSIG``), so a keeper
-killed at the time limit takes the whole namespace with it.
+returns, the keeper exits, and the kernel kills every process left in the PID namespace,
+whatever its uid or session; the last process gone, the tmpfs folders are freed. Nothing the child wrote or
+started is seen by the next one. The keeper never runs student code and stays root: the child
+cannot signal it, and it dies with the zygote (``PR_SET_PDEATHSIG``); killed at the time limit,
+it takes the whole namespace with it.
 
 Where a namespace is refused (a container without CAP_SYS_ADMIN), :func:`probe` says which, the
 result says so (``separation.world``), and the sandbox's cleanup after every request does what
 it can without one (:func:`msda_labs.grading.sandbox.clean`: the scratch emptied, what the uid
 left in every world-writable folder removed, its SysV IPC objects too). ``MSDA_PRIVATE_WORLD=0``
-turns the private world off, to see that cleanup at work.
+turns the private world off, to see that cleanup at work; in the gpu mode it is on only with
+``MSDA_PRIVATE_WORLD=1`` (see :func:`wanted`).
 """
 
 from __future__ import annotations
@@ -37,11 +38,10 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import resource
 import signal
 import stat
 
-__all__ = ["WORLD_ENV", "WorldError", "plan_world", "enter", "isolate", "probe", "describe",
+__all__ = ["WORLD_ENV", "WorldError", "Fork", "plan_world", "enter", "probe", "describe",
            "wanted"]
 
 WORLD_ENV = "MSDA_PRIVATE_WORLD"  # 0: no private world (to see the cleanup that holds without)
@@ -88,9 +88,16 @@ def _unshare(flags: int) -> None:
         raise WorldError(err, f"unshare: {os.strerror(err)}")
 
 
-def wanted() -> bool:
-    """Whether a separated child gets a private world (unless ``MSDA_PRIVATE_WORLD=0``)."""
-    return os.environ.get(WORLD_ENV, "").strip() != "0"
+def wanted(gpu: bool = False) -> str:
+    """"" when a separated child gets a private world, else why not: ``MSDA_PRIVATE_WORLD=0``
+    turns it off; in the gpu mode it is on only with ``MSDA_PRIVATE_WORLD=1``, until a grading
+    on a GPU machine has shown that CUDA works in it (the CPU, interpreter and AOT modes have)."""
+    raw = os.environ.get(WORLD_ENV, "").strip()
+    if raw == "0":
+        return f"{WORLD_ENV}=0"
+    if gpu and raw != "1":
+        return f"not yet in the gpu mode; {WORLD_ENV}=1 turns it on there"
+    return ""
 
 
 def plan_world(plan: dict, shared: list[str], needed: list[str]) -> dict:
@@ -190,58 +197,63 @@ def enter(spec: dict) -> list[str]:
     return left_writable
 
 
-def _mirror(raw: int) -> None:
-    """Exit the way a waited-for process did (wait status ``raw``): never returns."""
-    if os.WIFSIGNALED(raw):
-        sig = os.WTERMSIG(raw)
+class Fork:
+    """How the zygote forks a child's *keeper*: in a fresh PID namespace (of which the keeper is
+    pid 1) where the world has one, with a pipe on which the keeper tells the child's wait
+    status (pid 1 cannot signal itself to pass a signal on).
+
+    ``with Fork(spec) as fork: pid = os.fork()``; the keeper then calls :meth:`keep`, the zygote
+    :meth:`status` once the keeper is gone."""
+
+    def __init__(self, spec: dict):
+        self.spec = spec
+        self.read_fd, self.write_fd = os.pipe()
+        self._own = None
+
+    def __enter__(self):
+        if self.spec["flags"] & _CLONE_NEWPID:
+            # The next fork is pid 1 of a new PID namespace; setns in __exit__ restores this
+            # process's own for the forks after it (both work in a threaded process).
+            self._own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+            _unshare(_CLONE_NEWPID)
+        return self
+
+    def __exit__(self, *exc):
+        if self._own is not None and os.getpid() != 1:  # (the keeper, pid 1, keeps its own)
+            if _libc().setns(self._own, _CLONE_NEWPID) != 0:
+                raise WorldError(ctypes.get_errno(), "setns back to the zygote's PID namespace")
+            os.close(self._own)
+            self._own = None
+
+    def keep(self, child, close: tuple[int, ...] = ()) -> None:
+        """In the keeper (root, just forked): enter the world, fork the process that runs
+        ``child()`` (it drops privileges and runs the submission; never returns), collect every
+        orphan until it is done, tell its wait status, exit. Never returns."""
+        os.close(self.read_fd)
+        if self._own is not None:  # the zygote's PID namespace: nothing for the child
+            os.close(self._own)
+            self._own = None
         try:
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-            signal.signal(sig, signal.SIG_DFL)
-            os.kill(os.getpid(), sig)
-        except (OSError, ValueError):
-            pass
-        os._exit(128 + sig)
-    os._exit(os.WEXITSTATUS(raw) if os.WIFEXITED(raw) else 70)
-
-
-def isolate(spec: dict, child, close_in_keeper: tuple[int, ...] = ()) -> None:
-    """In the keeper (forked by the zygote, root): enter the world and run ``child()`` (which
-    drops privileges and runs the submission; it never returns) two forks down, as the module
-    docstring draws. The keeper exits as the child did. Never returns."""
-    try:
-        enter(spec)
-    except Exception as exc:  # noqa: BLE001 - no student code runs outside its world
-        os.write(2, f"[msda_labs] could not make the child's private world: {exc}\n".encode())
-        os._exit(71)
-    status_r, status_w = os.pipe()
-    keeper = os.getpid()
-    init = os.fork()
-    if init == 0:
-        os.close(status_r)
-        _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        # The keeper died before the line above (outside a PID namespace; inside, getppid() is
-        # 0): then the zygote's reap of the uid ends the child, and this process with it.
-        if not spec["flags"] & _CLONE_NEWPID and os.getppid() != keeper:
-            os._exit(70)
-        if spec["flags"] & _CLONE_NEWPID:
-            try:
+            _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # dies with the zygote
+            enter({**self.spec, "flags": self.spec["flags"] & ~_CLONE_NEWPID})
+            if self.spec["flags"] & _CLONE_NEWPID:
                 _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
-            except WorldError as exc:
-                os.write(2, f"[msda_labs] /proc of the child's world: {exc}\n".encode())
-                os._exit(71)
+        except Exception as exc:  # noqa: BLE001 - no student code runs outside its world
+            os.write(2, f"[msda_labs] could not make the child's private world: {exc}\n".encode())
+            os._exit(71)
         pid = os.fork()
         if pid == 0:
-            os.close(status_w)
+            os.close(self.write_fd)
             try:
                 child()
             finally:
                 os._exit(70)
-        for fd in close_in_keeper:  # init keeps no line to the judge either
+        for fd in close:  # the keeper keeps no line to the judge
             try:
                 os.close(fd)
             except OSError:
                 pass
-        while True:  # pid 1: collect every orphan until the child is done
+        while True:  # as pid 1, orphans come here too
             try:
                 done, raw = os.waitpid(-1, 0)
             except ChildProcessError:
@@ -249,23 +261,19 @@ def isolate(spec: dict, child, close_in_keeper: tuple[int, ...] = ()) -> None:
             except InterruptedError:
                 continue
             if done == pid:
-                os.write(status_w, raw.to_bytes(4, "little", signed=True))
+                os.write(self.write_fd, raw.to_bytes(4, "little", signed=True))
                 os._exit(0)  # as pid 1: the kernel kills whatever is left in the namespace
-    os.close(status_w)
-    for fd in close_in_keeper:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-    while True:
-        try:
-            _, raw = os.waitpid(init, 0)
-            break
-        except InterruptedError:
-            continue
-    with os.fdopen(status_r, "rb") as fh:
-        told = fh.read(4)
-    _mirror(int.from_bytes(told, "little", signed=True) if len(told) == 4 else raw)
+
+    def status(self, raw: int) -> int:
+        """In the zygote, once the keeper is gone: the child's wait status as the keeper told
+        it, or the keeper's own ``raw`` (killed at the time limit, say)."""
+        with os.fdopen(self.read_fd, "rb") as fh:
+            told = fh.read(4)
+        return int.from_bytes(told, "little", signed=True) if len(told) == 4 else raw
+
+    def parent_side(self) -> None:
+        """In the zygote, right after the fork: only the keeper writes the status."""
+        os.close(self.write_fd)
 
 
 def probe(spec: dict) -> dict:
@@ -327,6 +335,8 @@ def _ask(spec: dict) -> dict:
 def describe(answer: dict) -> str:
     """One line for the result: "" when the world is private in full, else what is missing."""
     if not answer.get("private"):
-        return (f"no private world for the child on this platform ({answer.get('why')}): what it "
-                f"leaves in world-writable folders is removed after each request")
+        why = str(answer.get("why"))
+        where = "" if WORLD_ENV in why else " on this platform"
+        return (f"no private world for the child{where} ({why}): what it leaves in world-writable "
+                f"folders is removed after each request")
     return "; ".join(answer.get("notes") or [])

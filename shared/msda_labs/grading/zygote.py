@@ -16,6 +16,7 @@ the zygote checks that it holds no judge-only module (:mod:`msda_labs.grading.ch
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import io
@@ -190,9 +191,13 @@ def _prepare(request: dict, state: _State):
     return probe, data
 
 
-def _start_child(request: dict, conn: Connection, state: _State, prepared, fds) -> int:
+def _start_child(request: dict, conn: Connection, state: _State, prepared, fds,
+                 fork: world.Fork | None = None) -> int:
+    """Fork the process that runs the request (with ``fork``: its keeper, pid 1 of a PID
+    namespace of its own, see grading.world)."""
     read_fd, write_fd, out_fd = fds
-    pid = os.fork()
+    with fork or contextlib.nullcontext():
+        pid = os.fork()
     if pid == 0:  # the child: cut every line back to the judge before touching student code
         try:
             os.close(read_fd)
@@ -204,13 +209,15 @@ def _start_child(request: dict, conn: Connection, state: _State, prepared, fds) 
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             if state.plan is None:
                 _child(request, write_fd, *prepared)
-            if state.world is not None:  # keeper and init stay root; only the child drops
+            if fork is not None:  # the keeper stays root; only the child it forks drops
                 channel = request.get("channel_fd")
-                world.isolate(state.world, lambda: _dropped(request, state, write_fd, prepared),
-                              close_in_keeper=(write_fd,) + ((channel,) if channel else ()))
+                fork.keep(lambda: _dropped(request, state, write_fd, prepared),
+                          close=(write_fd,) + ((channel,) if channel else ()))
             _dropped(request, state, write_fd, prepared)
         finally:
             os._exit(70)
+    if fork is not None:
+        fork.parent_side()
     return pid
 
 
@@ -340,12 +347,15 @@ def _serve(request: dict, conn: Connection, state: _State) -> dict:
     sys.stderr.flush()
     start = time.monotonic()
     deadline = start + float(request["timeout"])
-    pid = _start_child(request, conn, state, prepared, (read_fd, write_fd, out_fd))
+    fork = world.Fork(state.world) if state.world is not None else None
+    pid = _start_child(request, conn, state, prepared, (read_fd, write_fd, out_fd), fork)
     os.close(write_fd)
     os.close(out_fd)
     chunks, status, raw = _read_result(read_fd, deadline, pid, out)
     os.close(read_fd)
     status, raw = _wait_child(pid, status, deadline, raw, out)
+    if fork is not None:  # the wait status of the child, as its keeper told it
+        raw = fork.status(raw)
     if state.plan is not None:  # every process of the uid (a setsid grandchild too), its files
         sandbox.reap(state.plan["uid"], orphans=True)
         sandbox.clean(state.plan, state.shared)
@@ -412,9 +422,9 @@ def _make_world(state: _State) -> dict:
     if state.plan is None:
         return {}
     state.shared = sandbox.world_writable_folders()
-    if not world.wanted():
-        return {"private": False, "world": world.describe(
-            {"private": False, "why": f"{world.WORLD_ENV}=0"})}
+    off = world.wanted(gpu=bool(state.plan.get("gpu")))
+    if off:
+        return {"private": False, "world": world.describe({"private": False, "why": off})}
     needed = reach.needed_folders() + ([os.path.dirname(state.submission)]
                                        if state.submission else [])
     spec = world.plan_world(state.plan, state.shared, needed)
