@@ -213,6 +213,7 @@ def test_the_child_cannot_read_judge_only_files(separated, judge_dir):
 @needs_root
 def test_the_child_cannot_reach_the_judge(separated):
     judge = os.getpid()
+    _run(separated, "whoami")  # the worker is up: its separation is known
     # In its own PID namespace the judge is not even there; elsewhere it is out of reach.
     hidden = separated.separation.get("private") and "PID" not in separated.separation.get(
         "world", "")
