@@ -224,7 +224,8 @@ def test_gpu_race_wide_beats_narrow(submission):
     # A wrong kernel's time proves nothing: every raced variant must be right first.
     _check_outputs(res["outputs"], DECODER, torch.float16, "the raced msda_forward_chunked")
     res = _on_the_judges_clock(submission, res, {
-        str(c): {"fn": "msda_forward_chunked", "kwargs": {"CHUNK_D": c}} for c in RACE_CHUNKS})
+        str(c): {"fn": "msda_forward_chunked", "kwargs": {"CHUNK_D": c}} for c in RACE_CHUNKS},
+        primary=str(DECODER.D))
     judge.race_verdict(submission, res, DECODER, RACE_CHUNKS)
 
 
@@ -261,7 +262,7 @@ def test_gpu_autotuned_vs_fixed_and_chip(submission):
 # the clock starts, the variants alternating round by round, every output checked against the
 # reference; the chip runs the same protocol in the judge, never in your process. The race in
 # your own process above supplies the outputs checked first (and the autotuner's choice).
-def _on_the_judges_clock(submission, res, variants, chips=(), case=DECODER):
+def _on_the_judges_clock(submission, res, variants, chips=(), case=DECODER, primary=None):
     """``res`` with its times replaced by the judge's: ``variants`` of your module on ``case``
     in fp16, and the first chip of ``chips`` this copy of the kit carries, as "chip"."""
     from msda_labs.grading.baseline import chip_function
@@ -282,7 +283,7 @@ def _on_the_judges_clock(submission, res, variants, chips=(), case=DECODER):
 
     judged = judge_msda_speed(
         submission, case, "float16", fn=next(iter(variants.values()))["fn"],
-        variants=variants, truth=truth, close=close,
+        variants=variants, truth=truth, close=close, primary=primary,
         baselines={"chip": None if chip is None else (lambda *inputs: chip(*inputs))})
     times = judged["times_us"]
     return {**res, **{k: v for k, v in judged.items() if k != "times_us"},

@@ -42,6 +42,7 @@ class _Session(FakeSession):
         self._executor = executor
         self.timeout = 60.0
         self.last_output = ""
+        self.speed = []
 
     def executor(self):
         return self._executor
@@ -85,7 +86,7 @@ def _grade(lab05, ex: Executor, path: Path, test: str = "test_forward_speed_agai
     finally:
         for name, value in saved.items():
             setattr(lab05, name, value)
-    return error, seen.get("measured"), [seen.get("line", "")]
+    return error, seen.get("measured"), [seen.get("line", "")], session.speed
 
 
 BACKWARD = """
@@ -176,7 +177,7 @@ def test_lab06_variants_alternate_in_one_child_on_the_judges_clock(verdicts):
 
 
 def test_lab08_backward_is_timed_and_checked_on_the_judges_clock(verdicts):
-    error, measured, notes = verdicts["lab08"]
+    error, measured, notes, _records = verdicts["lab08"]
     assert error is None, error
     assert set(measured["times_us"]) == {"yours", "reference", "reference_forward"}
     assert measured["verified"] == 3 * 2  # two calls of each of the three rounds, picked
@@ -190,12 +191,17 @@ def test_lab10_step_is_timed_and_checked_on_the_judges_clock(verdicts):
 
 
 def test_the_honest_submission_passes_with_every_output_checked(verdicts):
-    error, measured, notes = verdicts["honest"]
+    error, measured, notes, records = verdicts["honest"]
     assert error is None, error
     assert measured["verified"] == 3 * 2 and measured["times_us"]["yours"] < SLOW_US
     (line,) = notes
     assert "the judge's clock" in line and "every output checked" in line
     assert set(measured["times_us"]) == {"yours", "reference"}
+    # What the leaderboard reads, kept in the grade result.
+    (record,) = records
+    assert record["status"] == "timed" and record["primary"] == "yours"
+    assert record["key"] == "msda_forward on multi_level in float32"
+    assert record["times_us"] == measured["times_us"] and record["method"] == "judge-clock"
 
 
 EXPECTED = {
@@ -224,7 +230,8 @@ def test_the_suite_holds_every_attack_the_issue_lists():
 def test_every_attack_loses_the_speed_points(verdicts, attack):
     import re
 
-    error, measured, _notes = verdicts[attack]
+    error, measured, _notes, records = verdicts[attack]
+    assert records[0]["status"] == ("failed" if error else "timed")
     if error is None:  # its outputs were right: the judge's clock saw the slow work
         assert measured["times_us"]["yours"] > SLOW_US, measured["times_us"]
         error = "slow"
@@ -234,7 +241,7 @@ def test_every_attack_loses_the_speed_points(verdicts, attack):
 def test_patched_clocks_do_not_reach_the_judges(verdicts):
     """The child's clocks run a thousand times slow and its events say a microsecond: the judge
     still sees the 20 ms sleep of every call, on outputs that are all right."""
-    error, measured, _notes = verdicts["patched_timers"]
+    error, measured, _notes, _records = verdicts["patched_timers"]
     assert error is None and measured["method"] == "judge-clock"
     assert measured["verified"] == 3 * 2 and measured["times_us"]["yours"] > SLOW_US
 

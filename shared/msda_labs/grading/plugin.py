@@ -83,6 +83,7 @@ class GradingSession:
         self._source: SourceInfo | None = None
         self.submission: Path | None = None
         self.notes: list[str] = []
+        self.speed: list[dict] = []  # judge-clock speed records (grading.speedjudge)
         self.last_output = ""
         self.modes: set[str] = set()
         self.items: list[pytest.Item] = []
@@ -165,6 +166,7 @@ class GradingSession:
         result.stages = stages
         result.separation = self.separation()
         result.notes = list(self.notes)
+        result.speed = list(self.speed)
         result.gpu_points = {task: self.gpu_points[task] for task in self.tasks
                              if self.gpu_points.get(task)}
         if not result.separation.get("separated") and self._executor is not None:

@@ -145,6 +145,9 @@ class GradeResult(_Totals):
     # {task id: points} of the GPU stage's tests when this result holds the CPU stages only: the
     # points the handout counts that this run could not grade (the reports say how to earn them).
     gpu_points: dict = field(default_factory=dict)
+    # The speed trials timed on the judge's clock (msda_labs.grading.speedjudge): one record
+    # each, with the times per call; what the class leaderboard ranks.
+    speed: list = field(default_factory=list)
 
     def _parts(self) -> list[ExerciseResult]:
         return self.exercises
@@ -174,6 +177,7 @@ class GradeResult(_Totals):
                                            for p in e.id.replace(".", " ").split()])
         self.stages += [s for s in other.stages if s not in self.stages]
         self.notes += [n for n in other.notes if n not in self.notes]
+        self.speed += [r for r in other.speed if r not in self.speed]
         if other.separation and (not self.separation or not other.separation.get("separated")):
             self.separation = dict(other.separation)  # the stage that ran least separated
         if "gpu" in other.stages:  # the GPU stage's points are graded now
@@ -192,6 +196,7 @@ class GradeResult(_Totals):
             "notes": list(self.notes),
             "separation": dict(self.separation),
             "gpu_points": dict(self.gpu_points),
+            **({"speed": list(self.speed)} if self.speed else {}),
             "exercises": [
                 {"id": ex.id, "name": ex.name, "score": ex.score, "max_score": ex.max_score,
                  "tests": [{**asdict(t), "status": t.status.value} for t in ex.tests]}
@@ -206,7 +211,8 @@ class GradeResult(_Totals):
                      integrity=data.get("integrity") or {"checked": False, "modified": []},
                      notes=list(data.get("notes", [])),
                      separation=dict(data.get("separation") or {}),
-                     gpu_points={str(k): int(v) for k, v in (data.get("gpu_points") or {}).items()})
+                     gpu_points={str(k): int(v) for k, v in (data.get("gpu_points") or {}).items()},
+                     speed=[dict(r) for r in data.get("speed") or [] if isinstance(r, dict)])
         for ex in data["exercises"]:
             result.exercises.append(ExerciseResult(
                 ex["id"], ex["name"], [TestResult(**t) for t in ex["tests"]]))

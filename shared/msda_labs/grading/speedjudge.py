@@ -55,7 +55,16 @@ _RTOL_SUMS = 1e-4  # a float32 sum of the products against the float64 one
 
 
 class SpeedTrialFailed(AssertionError):
-    """The timed work was wrong, missing or implausible: no speed credit."""
+    """The timed work was wrong, missing or implausible: no speed credit. ``measured``: the
+    times, where the trial was timed (a time below the floor)."""
+
+    measured: dict | None = None
+
+    @classmethod
+    def with_times(cls, measured: dict, message: str) -> SpeedTrialFailed:
+        exc = cls(message)
+        exc.measured = measured
+        return exc
 
 
 def forward_spec(case, dtype_name: str, *, fn: str, n: int, op: str = "forward",
@@ -73,6 +82,7 @@ def forward_spec(case, dtype_name: str, *, fn: str, n: int, op: str = "forward",
     outs = {"forward": [[B, Q, M * D]], "backward": grads, "autograd": [[B, Q, M * D], *grads]}
     outs = outs[call]
     return {"op": op, "call": call, "fn": fn, "kwargs": dict(kwargs or {}), "n": int(n),
+            "case_id": str(getattr(case, "id", "")),
             "variants": {k: dict(v) for k, v in (variants or {}).items()},
             "dtype": dtype_name, "out_shapes": outs, "out_dtypes": [dtype_name] * len(outs),
             "case": {"B": B, "Q": Q, "M": M, "D": D, "K": K, "shapes": shapes,
@@ -267,11 +277,51 @@ def _spread_us(samples: list[float], n: int) -> float:
     return (q[2] - q[0]) / n * 1e6
 
 
+def _record(submission, spec: Mapping, primary: str, measured: dict | None,
+            failed: str = "") -> None:
+    """Keep the trial's outcome in the grade result (``GradeResult.speed``), for the class
+    leaderboard: its times per call, or why it has none."""
+    session = getattr(submission, "_session", None)
+    records = getattr(session, "speed", None)
+    if not isinstance(records, list):
+        return
+    names = list(speedtrial.variants(spec))
+    label = spec["fn"] if names == ["yours"] else f"{spec['fn']} ({', '.join(names)})"
+    record = {"key": f"{label} on {spec.get('case_id') or 'a case'} in {spec['dtype']}",
+              "fn": spec["fn"], "case": spec.get("case_id", ""), "dtype": spec["dtype"],
+              "primary": primary, "status": "failed" if failed else "timed", "why": failed}
+    if measured is not None:
+        record.update({k: measured[k] for k in ("times_us", "spread_us", "overhead_us", "n",
+                                                "rounds", "device", "verified", "floor_us",
+                                                "method")})
+    records.append(record)
+
+
 def judge_speed(submission, spec: Mapping, *, truth: Callable[[tuple], Any],
                 close: Callable[[Any, Any, str], None],
                 baselines: Mapping[str, Callable | None], rounds: int = 9,
                 verify: int | None = None, timeout: float | None = None,
-                floor_bytes: tuple[int, int] | None = None) -> dict:
+                floor_bytes: tuple[int, int] | None = None, primary: str | None = None) -> dict:
+    """:func:`_judge_speed` (see there), its outcome kept for the leaderboard; ``primary`` names
+    the variant a ranking reads (default: the first)."""
+    primary = primary or next(iter(speedtrial.variants(spec)))
+    try:
+        measured = _judge_speed(submission, spec, truth=truth, close=close,
+                                baselines=baselines, rounds=rounds, verify=verify,
+                                timeout=timeout, floor_bytes=floor_bytes)
+    except (AssertionError, SubmissionProblem) as exc:
+        _record(submission, spec, primary, getattr(exc, "measured", None),
+                f"{type(exc).__name__}: {str(exc)[:300]}")
+        raise
+    _record(submission, spec, primary, measured)
+    return measured
+
+
+def _judge_speed(submission, spec: Mapping, *, truth: Callable[[tuple], Any],
+                 close: Callable[[Any, Any, str], None],
+                 baselines: Mapping[str, Callable | None], rounds: int = 9,
+                 verify: int | None = None, timeout: float | None = None,
+                 floor_bytes: tuple[int, int] | None = None) -> dict:
     """Time the student's calls (``spec["fn"]`` as "yours", or ``spec["variants"]``) and the
     ``baselines`` on the judge's clock.
 
@@ -332,10 +382,10 @@ def judge_speed(submission, spec: Mapping, *, truth: Callable[[tuple], Any],
     }
     for name in speedtrial.variants(spec):
         if floor_us is not None and per_call[name] < floor_us:
-            raise SpeedTrialFailed(
-                f"flagged for review, not credited: {per_call[name]:.2f} us a call ({name}) on "
-                f"the judge's clock is below the {floor_us:.2f} us that moving its bytes takes "
-                f"at the {bandwidth:.0f} GB/s measured on this device")
+            raise SpeedTrialFailed.with_times(
+                measured, f"flagged for review, not credited: {per_call[name]:.2f} us a call "
+                f"({name}) on the judge's clock is below the {floor_us:.2f} us that moving "
+                f"its bytes takes at the {bandwidth:.0f} GB/s measured on this device")
     return measured
 
 
@@ -387,7 +437,8 @@ def judge_msda_speed(submission, case, dtype_name: str, *, fn: str, truth, close
                      call: str = "forward", kwargs: Mapping | None = None,
                      n: int | None = None, rounds: int | None = None,
                      verify: int | None = None,
-                     variants: Mapping[str, Mapping] | None = None) -> dict:
+                     variants: Mapping[str, Mapping] | None = None,
+                     primary: str | None = None) -> dict:
     """:func:`judge_speed` on an MSDA case: ``n`` calls a round (16 on a GPU, 2 without), as
     many rounds (9 on a GPU, 2 without), ``verify`` calls checked a round (None: all), the floor
     from the forward's bytes (a forward only)."""
@@ -400,4 +451,4 @@ def judge_msda_speed(submission, case, dtype_name: str, *, fn: str, truth, close
     itemsize = torch.empty((), dtype=getattr(torch, dtype_name)).element_size()
     floor = msda_floor_bytes(case, itemsize) if call == "forward" else None
     return judge_speed(submission, spec, truth=truth, close=close, baselines=baselines,
-                       rounds=rounds, floor_bytes=floor, verify=verify)
+                       rounds=rounds, floor_bytes=floor, verify=verify, primary=primary)
