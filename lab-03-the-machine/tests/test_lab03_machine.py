@@ -198,6 +198,8 @@ def test_forward_min_bytes_returns_an_int(submission):
             args = ", ".join(f"{k}={v}" for k, v in kwargs.items())
             raise AssertionError(f"forward_min_bytes({args}) must return an int (bytes are "
                                  f"whole), got {shown}")
+    # The type earns its point only with the right count: an int that ignores the sizes is not.
+    _check_bytes(submission, calls, "an int, and the right one")
 
 
 # -- Task 3.3 ----------------------------------------------------------------------------------
