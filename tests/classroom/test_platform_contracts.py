@@ -36,6 +36,8 @@ NODE24_PINS = {
     "actions/setup-python": ("5fda3b95a4ea91299a34e894583c3862153e4b97", "v7.0.0"),
     "actions/upload-artifact": ("bbbca2ddaa5d8feaa63e36b76fdaad77386f024f", "v7.0.0"),
     "actions/download-artifact": ("3e5f45b2cfb9172054b4087a40e8e0b5a5461e7c", "v8.0.1"),
+    "actions/cache/restore": ("27d5ce7f107fe9357f9df03efb73ab90386fccae", "v5.0.5"),
+    "actions/cache/save": ("27d5ce7f107fe9357f9df03efb73ab90386fccae", "v5.0.5"),
 }
 REPORTER = ("classroom-resources/autograding-grading-reporter@"
             "d13b5912daf5042ac1b71bc38bdb4a6bcd61d8ca")
@@ -67,7 +69,8 @@ def test_every_workflow_pins_the_node24_releases():
     assert {k: v.split("@")[0] for k, v in workflows.ACTIONS.items()} == {
         "CHECKOUT": "actions/checkout", "SETUP_PYTHON": "actions/setup-python",
         "UPLOAD_ARTIFACT": "actions/upload-artifact",
-        "DOWNLOAD_ARTIFACT": "actions/download-artifact"}
+        "DOWNLOAD_ARTIFACT": "actions/download-artifact", "CACHE_RESTORE": "actions/cache/restore",
+        "CACHE_SAVE": "actions/cache/save"}
     assert workflows.REPORTER_ACTION == REPORTER
 
 

@@ -1,7 +1,9 @@
 """Generated workflows: GitHub's workflow schema, zizmor (offline) with no high finding, and the
 shape GitHub Classroom generated. Every ready lab, plus a GPU lab and the reporter-action variant
-(so the parts no ready lab uses yet are checked too)."""
+(so the parts no ready lab uses yet are checked too), and a GPU lab under each other
+``course.grade_on`` (submission, throttled)."""
 
+import dataclasses
 import json
 import re
 import shutil
@@ -14,7 +16,7 @@ import yaml
 from kit import MANIFEST, built_labs
 
 from msda_labs.classroom import workflows
-from msda_labs.course.manifest import Lab, Stage, load_manifest
+from msda_labs.course.manifest import GradeTrigger, Lab, Stage, load_manifest
 
 BIN = Path(sys.executable).parent
 REPORTER = "classroom-resources/autograding-grading-reporter@" + "0" * 40
@@ -39,6 +41,10 @@ def rendered(tmp_path_factory) -> dict[str, Path]:
         files[name].write_text(workflows.render_workflow(MANIFEST, lab))
     files["reporter-action"] = out / "reporter-action.yml"
     files["reporter-action"].write_text(workflows.render_workflow(MANIFEST, GPU_LAB, REPORTER))
+    for choice in (GradeTrigger("submission"), GradeTrigger("throttled", 20)):
+        files[f"grade-on-{choice.on}"] = out / f"grade-on-{choice.on}.yml"
+        files[f"grade-on-{choice.on}"].write_text(workflows.render_workflow(
+            dataclasses.replace(MANIFEST, grading=choice), GPU_LAB))
     return files
 
 
@@ -66,13 +72,16 @@ def test_workflow_has_github_classroom_shape(rendered):
     for name, path in rendered.items():
         data = yaml.safe_load(path.read_text())
         triggers = data[True] if True in data else data["on"]  # YAML 1.1 reads `on` as true
-        assert set(triggers) == {"push", "workflow_dispatch", "repository_dispatch"}, name
+        # every choice of course.grade_on keeps these (tests/workflows/test_grading_triggers.py)
+        assert {"push", "workflow_dispatch", "repository_dispatch"} <= set(triggers), name
         assert data["permissions"] == {}
         job = data["jobs"]["run-autograding-tests"]
-        assert job["if"] == "github.actor != 'github-classroom[bot]'"
-        assert job["permissions"] == {"contents": "read"}
+        assert job["if"].startswith("github.actor != 'github-classroom[bot]'")
+        assert job["permissions"]["contents"] == "read"
+        assert set(job["permissions"]) <= {"contents", "actions"}
+        assert job["permissions"].get("actions", "read") == "read"
         steps = {s.get("id"): s for s in job["steps"] if s.get("id")}
-        lab_id = next(iter(steps))
+        lab_id = next(key for key in steps if re.fullmatch(r"lab\d\d", key))
         assert "--summary" in steps[lab_id]["run"] and "--json grade.json" in steps[lab_id]["run"]
         reporter = job["steps"][-1]
         env = workflows.reporter_env(lab_id)
@@ -98,7 +107,7 @@ def test_gpu_job_is_off_unless_switched_on(rendered):
     assert job["environment"] == "msda-gpu"
     assert "secret" in rendered["lab05-gpu"].read_text().lower()  # the risk is explained
     for name in rendered:
-        if name != "lab05-gpu" and name != "reporter-action":
+        if name != "lab05-gpu" and name != "reporter-action" and not name.startswith("grade-on"):
             lab = MANIFEST.lab(name)
             jobs = yaml.safe_load(rendered[name].read_text())["jobs"]
             assert ("gpu-stage" in jobs) == lab.has_gpu

@@ -45,6 +45,9 @@ ACTION_FOLDERS = {
         "download-artifact-standin",
     "classroom-resources/autograding-grading-reporter@d13b5912daf5042ac1b71bc38bdb4a6bcd61d8ca":
         "autograding-grading-reporter@d13b5912daf5042ac1b71bc38bdb4a6bcd61d8ca",
+    # actions/cache/restore and actions/cache/save are sub-folders of this one
+    "actions/cache@27d5ce7f107fe9357f9df03efb73ab90386fccae":
+        "cache@27d5ce7f107fe9357f9df03efb73ab90386fccae",
 }
 
 
@@ -131,6 +134,16 @@ def _requirements_key() -> str:
     return hashlib.sha256((ROOT / "requirements.txt").read_bytes()).hexdigest()[:16]
 
 
+def env_cache_seed() -> Path:
+    """Where act's cache server keeps the exported workflow's grading environment (the
+    ``.msda-env`` that actions/cache saves), once built by a cold run: one folder per
+    requirements.txt and shared/pyproject.toml, which the workflow's cache key hashes. Each run
+    gets a copy of it (see harness.cache_server), so parallel runs never share act's database."""
+    digest = hashlib.sha256((ROOT / "requirements.txt").read_bytes()
+                            + (ROOT / "shared" / "pyproject.toml").read_bytes()).hexdigest()
+    return cache_dir() / f"envcache-{digest[:16]}"
+
+
 def ensure_toolcache() -> Path:
     """TOOLCACHE with ``Python/3.11.X/x64`` (a venv holding requirements.txt) for setup-python."""
     base = shutil.which(f"python{PYTHON}")
@@ -194,20 +207,26 @@ if _log and _summary:
 '''
 
 
-def run_toolcache(base: Path, dest: Path) -> Path:
+def run_toolcache(base: Path, dest: Path, bare: str = "") -> Path:
     """A tool cache of one act run: a fresh venv whose site-packages also see the shared tool
     cache's (a .pth file), so the workflow's install step finds the pins already installed,
     and what it installs itself (the lab's own shared/ package, editable) stays in this run.
-    Parallel runs would otherwise overwrite each other's editable install."""
+    Parallel runs would otherwise overwrite each other's editable install.
+
+    ``bare``: a Python as a hosted runner's setup-python gives, without the shared packages:
+    ``"pip"`` with pip only (a cold job must install everything), ``"nothing"`` without even
+    pip (a warm job that tried to install would fail)."""
     version_dir = next((base / "Python").iterdir())
     shared_site = next((version_dir / "x64").glob("lib/python*/site-packages"))
     home = dest / "Python" / version_dir.name / "x64"
     base_python = (version_dir / "x64" / "bin" / "python").resolve()
     # no pip or setuptools of its own: those of the shared tool cache are seen through the .pth,
     # so pip does not "upgrade" a bundled setuptools on every run
-    _run([str(base_python), "-m", "venv", "--without-pip", str(home)])
+    _run([str(base_python), "-m", "venv", *([] if bare == "pip" else ["--without-pip"]),
+          str(home)])
     site = next(home.glob("lib/python*/site-packages"))
-    (site / "msda-act-shared-toolcache.pth").write_text(str(shared_site) + "\n")
+    if not bare:
+        (site / "msda-act-shared-toolcache.pth").write_text(str(shared_site) + "\n")
     _install_summary_tap(home)
     (dest / "Python" / version_dir.name / "x64.complete").write_text("")
     return dest

@@ -18,10 +18,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from act_env import ActSetup, run_toolcache
+from act_env import ActSetup, env_cache_seed, run_toolcache
 
 GIT = ["git", "-c", "user.name=msda-test", "-c", "user.email=msda-test@invalid",
        "-c", "commit.gpgsign=false", "-c", "init.defaultBranch=main"]
+# act's line at a step's end: "✅  Success - Main NAME [1.234s]" (or ❌ Failure, or Post NAME)
+_STEP_END = re.compile(r"^\s+\S+\s+(?P<result>Success|Failure|Skipped) - (?P<phase>Main|Post|Pre) "
+                       r"(?P<step>.+?)(?: \[(?P<time>[0-9.hmsµn]+)\])?$")
+_DURATION = re.compile(r"([0-9.]+)(h|ms|µs|ns|m|s)")  # Go's time.Duration: 1m2.5s, 734.2ms
 # act --log-prefix-job-id: "[job id] ..." (a matrix entry: "[job id-N] ...")
 _PREFIX = re.compile(r"^\[(?P<job>[^\]]+)\] (?P<rest>.*)$")
 _COMMAND = re.compile(r"^\s*(?:\S+\s+)?::(?P<kind>error|warning|notice)(?: (?P<props>[^:]*))?::"
@@ -81,6 +85,18 @@ class ActRun:
                 lines.append(match.group(1))
         return lines
 
+    def steps(self, job: str) -> dict[str, tuple[str, float]]:
+        """Each step that ran in ``job`` (its Main phase): name -> (Success/Failure, seconds)."""
+        out = {}
+        scale = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "µs": 1e-6, "ns": 1e-9}
+        for rest in self.job_lines(job):
+            match = _STEP_END.match(rest)
+            if match and match.group("phase") == "Main":
+                seconds = sum(float(n) * scale[u]
+                              for n, u in _DURATION.findall(match.group("time") or ""))
+                out[match.group("step")] = (match.group("result"), seconds)
+        return out
+
     def notices(self, title: str | None = None) -> list[Command]:
         return [c for c in self.commands if c.kind == "notice"
                 and (title is None or c.props.get("title") == title)]
@@ -119,8 +135,14 @@ def run_act(setup: ActSetup, repo: Path, work: Path, *, event: str = "push",
             payload: dict | None = None, job: str | None = None,
             inputs: dict | None = None, secrets: dict | None = None,
             env: dict | None = None, extra_args: list[str] | None = None,
-            timeout: float = 900) -> ActRun:
-    """Run ``act EVENT`` in ``repo`` with the pinned actions, on the host."""
+            timeout: float = 900, cache_server: Path | None = None,
+            bare: str = "") -> ActRun:
+    """Run ``act EVENT`` in ``repo`` with the pinned actions, on the host.
+
+    act's cache server (what actions/cache talks to) starts from a copy of the grading
+    environment's seed (:func:`ensure_env_cache`), or uses ``cache_server`` itself when given
+    (kept after the run). ``bare``: the job's Python without the shared packages (see
+    act_env.run_toolcache)."""
     work.mkdir(parents=True, exist_ok=True)
     # act's per-run folder (the workspace copy, the checkouts) and the run's tool cache lie in a
     # folder open to other users, removed afterwards: a grading run as root drops each child to a
@@ -140,13 +162,16 @@ def run_act(setup: ActSetup, repo: Path, work: Path, *, event: str = "push",
         "ref": "refs/heads/main",
         "repository": {"full_name": f"course/{name}", "name": name, "owner": {"login": "course"}},
     }))
-    toolcache = run_toolcache(setup.toolcache, scratch / "toolcache")
+    toolcache = run_toolcache(setup.toolcache, scratch / "toolcache", bare=bare)
+    if cache_server is None:
+        cache_server = copy_cache_server(env_cache_seed(), scratch / "actcache")
     cmd = [str(setup.act), event, "-P", "ubuntu-latest=-self-hosted",
            "-P", "ubuntu-24.04=-self-hosted", "-e", str(event_file), *setup.mappings(),
            "--log-prefix-job-id",
            # one job at a time: the jobs of a run share its tool cache (a matrix would race
            # its pip installs into it); GitHub gives each job a fresh runner instead
            "--concurrent-jobs", "1",
+           "--cache-server-path", str(cache_server),
            "--env", f"RUNNER_TOOL_CACHE={toolcache}",
            "--env", f"AGENT_TOOLSDIRECTORY={toolcache}",
            "--env", f"MSDA_ACT_SUMMARY_LOG={summary_log}",
@@ -198,6 +223,59 @@ def run_act(setup: ActSetup, repo: Path, work: Path, *, event: str = "push",
             run.commands.append(Command(command.group("kind"), _parse_props(command.group("props")),
                                         command.group("message"), match.group("job")))
     return run
+
+
+def copy_cache_server(seed: Path, dest: Path) -> Path:
+    """A private copy of act's cache-server folder ``seed`` (its database copied, the cached
+    archives hard-linked: act only reads them), or an empty folder when there is no seed."""
+    dest.mkdir(parents=True, exist_ok=True)
+    if (seed / "bolt.db").is_file():
+        shutil.copy2(seed / "bolt.db", dest / "bolt.db")
+        if (seed / "cache").is_dir():
+            shutil.copytree(seed / "cache", dest / "cache", copy_function=os.link,
+                            ignore=shutil.ignore_patterns("tmp"))
+    return dest
+
+
+def ensure_env_cache(setup: ActSetup, export, job: str = "run-autograding-tests") -> dict:
+    """The seed of act's cache server: the exported workflow's grading environment, built once
+    by a cold run (``export(folder)`` makes an exported lab repository) on a bare Python, as a
+    student's first push builds it. Returns what that run measured (kept in the seed folder)."""
+    import fcntl
+
+    seed = env_cache_seed()
+    record = seed / "cold-run.json"
+    with open(seed.parent / "envcache.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if record.is_file():
+                return json.loads(record.read_text())
+            work = Path(tempfile.mkdtemp(prefix="msda-act-seed-"))
+            fresh = seed.with_name(seed.name + ".building")
+            shutil.rmtree(fresh, ignore_errors=True)
+            try:
+                repo = export(work / "repos")
+                run = run_act(setup, repo, work / "act", job=job, cache_server=fresh,
+                              bare="pip", timeout=3600)
+                steps = run.steps(job)
+                built = steps.get("Build the grading environment (only when the cache has none)")
+                saved = steps.get("Save the grading environment")
+                if not (built and built[0] == "Success" and saved and saved[0] == "Success"
+                        and "Cache saved" in run.log):
+                    raise RuntimeError(f"the cold run did not build and save the grading "
+                                       f"environment:\n{run.tail()}")
+                info = {"seconds": round(run.seconds, 1),
+                        "steps": {k: round(v[1], 1) for k, v in steps.items()},
+                        "load_average": os.getloadavg()}
+                shutil.rmtree(seed, ignore_errors=True)
+                os.replace(fresh, seed)
+                record.write_text(json.dumps(info, indent=1))
+                return info
+            finally:
+                shutil.rmtree(work / "repos", ignore_errors=True)  # act.log stays, for a failure
+                shutil.rmtree(fresh, ignore_errors=True)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def copy_tree(src: Path, dest: Path, names: list[str] | None = None) -> Path:

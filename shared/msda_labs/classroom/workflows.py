@@ -28,6 +28,11 @@ ACTIONS = {
     "CHECKOUT": "actions/checkout@3d3c42e5aac5ba805825da76410c181273ba90b1 # v7.0.1",
     "SETUP_PYTHON": "actions/setup-python@5fda3b95a4ea91299a34e894583c3862153e4b97 # v7.0.0",
     "UPLOAD_ARTIFACT": "actions/upload-artifact@bbbca2ddaa5d8feaa63e36b76fdaad77386f024f # v7.0.0",
+    # Keep the built grading environment between runs (node24; cache service v2 on GitHub): the
+    # restore and save halves of actions/cache, so a job whose grade fails still saves it.
+    "CACHE_RESTORE":
+        "actions/cache/restore@27d5ce7f107fe9357f9df03efb73ab90386fccae # v5.0.5",
+    "CACHE_SAVE": "actions/cache/save@27d5ce7f107fe9357f9df03efb73ab90386fccae # v5.0.5",
     # Used by the kit's own .github/workflows/regrade.yml (the gradebook job), not by exports.
     "DOWNLOAD_ARTIFACT":
         "actions/download-artifact@3e5f45b2cfb9172054b4087a40e8e0b5a5461e7c # v8.0.1",
@@ -84,14 +89,42 @@ def _minutes(seconds: int) -> int:
     return max(5, -(-seconds // 60))
 
 
+# The triggers of each ``course.grade_on`` (YAML lines under ``on:``). A submission is a pushed
+# tag ``submit*``, a published release or a manual run; repository_dispatch is how GitHub
+# Classroom asks for a grade, and stays in every choice.
+SUBMISSION_TAGS = "submit*"
+TRIGGERS = {
+    "push": ["  push:", "  workflow_dispatch:", "  repository_dispatch:"],
+    "submission": ["  push:", f'    tags: ["{SUBMISSION_TAGS}"]', "  release:",
+                   "    types: [published]", "  workflow_dispatch:", "  repository_dispatch:"],
+    "throttled": ["  push:", "  release:", "    types: [published]", "  workflow_dispatch:",
+                  "  repository_dispatch:"],
+}
+_GATE_STEP = """
+      - name: Grade this push? (at most once every @@EVERY@@ minutes)
+        id: gate
+        env:
+          GITHUB_TOKEN: ${{ github.token }}
+        run: python3 shared/msda_labs/classroom/gate.py --every @@EVERY@@ --step "Grade @@LAB@@" --lab @@LAB@@
+"""
+
+
+def grading_step(lab: Lab) -> str:
+    """The name of the job's grading step (the throttle gate looks for it in earlier runs)."""
+    return f"Grade {lab.id}"
+
+
 def render_workflow(manifest: Manifest, lab: Lab, reporter_action: str | None = None) -> str:
     """``.github/workflows/classroom.yml`` of one lab.
 
     ``reporter_action`` (``OWNER/REPO@<40-hex SHA>``) uses that reporter action instead of the
     kit's own reporter step, which reads the same payload the same way.
     """
+    grading = manifest.grading
+    throttled = grading.on == "throttled"
+    gated = "steps.gate.outputs.grade == 'true'"
     common = dict(LAB=lab.id, TITLE=lab.title, PYTHON=manifest.python, ENV=reporter_env(lab.id),
-                  **ACTIONS)
+                  AND_GRADE=f" && {gated}" if throttled else "", **ACTIONS)
     if reporter_action:
         if not _PINNED.match(reporter_action):
             raise ValueError(f"--reporter-action {reporter_action!r}: give OWNER/REPO@SHA with the "
@@ -107,8 +140,20 @@ def render_workflow(manifest: Manifest, lab: Lab, reporter_action: str | None = 
         gpu_job = fill(template("workflow-gpu-job.yml"),
                        GPU_JOB_MINUTES=_minutes(gpu.job_timeout_s), **common)
     cpu_seconds = max(s.job_timeout_s for s in lab.cpu_stages) if lab.cpu_stages else 1800
-    text = fill(template("workflow-classroom.yml"), REPORTER=reporter.rstrip("\n"),
-                GPU_JOB=gpu_job.rstrip("\n"), JOB_MINUTES=_minutes(cpu_seconds), **common)
+    # grade_on: submission says so in the job's condition too (a branch push skips the job
+    # before it starts, at no cost), besides the trigger's tag filter
+    job_if = "github.actor != 'github-classroom[bot]'" + (
+        " && (github.event_name != 'push' || startsWith(github.ref, 'refs/tags/submit'))"
+        if grading.on == "submission" else "")
+    text = fill(template("workflow-classroom.yml"), REPORTER=reporter.rstrip("\n"), JOB_IF=job_if,
+                GPU_JOB=gpu_job.rstrip("\n"), JOB_MINUTES=_minutes(cpu_seconds),
+                TRIGGERS="\n".join(TRIGGERS[grading.on]), WHEN=grading.describe(),
+                PERMISSIONS="      actions: read  # the gate reads this branch's runs\n"
+                if throttled else "",
+                GATE=fill(_GATE_STEP, EVERY=grading.every_minutes, LAB=lab.id) if throttled
+                else "",
+                IF_GRADE=f"        if: {gated}\n" if throttled else "",
+                GRADE_AND=f"{gated} && " if throttled else "", **common)
     return text.rstrip("\n") + "\n"
 
 

@@ -13,11 +13,13 @@ import yaml
 
 from msda_labs.errors import KitError
 
-__all__ = ["ManifestError", "Stage", "Lab", "LatePolicy", "Manifest", "load_manifest",
-           "find_manifest", "schema", "parse_due"]
+__all__ = ["ManifestError", "Stage", "Lab", "LatePolicy", "GradeTrigger", "Manifest",
+           "load_manifest", "find_manifest", "schema", "parse_due", "GRADE_ON"]
 
 DEFAULT_TIMEOUT = {"cpu": 60, "interpret": 120, "aot": 180, "gpu": 300}
 DEFAULT_GPU = "H100"
+# When the exported workflow grades (``course.grade_on``).
+GRADE_ON = ("push", "submission", "throttled")
 
 
 class ManifestError(KitError, ValueError):
@@ -54,6 +56,28 @@ class LatePolicy:
             return f"late work loses {per_day}"
         return (f"{self.free_days} free late day(s) across the course; after that, late work "
                 f"loses {per_day}")
+
+
+@dataclass(frozen=True)
+class GradeTrigger:
+    """When each lab's workflow grades (``course.grade_on``, ``course.grade_every_minutes``).
+
+    ``push``: every push (the default); ``submission``: only a pushed tag ``submit*``, a
+    published release or a manual run (students grade with ``nox -s labNN`` in between);
+    ``throttled``: pushes, but a push less than ``every_minutes`` after the start of the branch's
+    last graded run is not graded (submissions always are). The GPU stage runs on submissions
+    only, whatever the choice.
+    """
+
+    on: str = "push"
+    every_minutes: int = 0
+
+    def describe(self) -> str:
+        if self.on == "submission":
+            return "on submission (a tag submit*, a published release or a manual run)"
+        if self.on == "throttled":
+            return f"on push, at most once every {self.every_minutes} minutes"
+        return "on every push"
 
 
 @dataclass(frozen=True)
@@ -109,6 +133,7 @@ class Manifest:
     raw: dict = field(default_factory=dict)
     late_policy: LatePolicy = field(default_factory=LatePolicy)
     timezone: str = ""
+    grading: GradeTrigger = field(default_factory=GradeTrigger)
 
     @property
     def root(self) -> Path:
@@ -144,6 +169,12 @@ def _message(error) -> str:
     if error.validator == "pattern" and path[-1:] == ["due"]:
         return (f"{error.instance!r} is not an ISO 8601 date and time; write it as "
                 f"2026-11-20T23:59:00+01:00 (a date, a time and a UTC offset)")
+    if error.validator == "not" and path == ["course"]:
+        return ("grade_every_minutes is read only with grade_on: throttled; remove it or set "
+                "grade_on: throttled")
+    if error.validator == "required" and path == ["course"] and \
+            "grade_every_minutes" in error.message:
+        return "grade_on: throttled needs grade_every_minutes (e.g. 30)"
     if error.validator == "not" and path[-1:] == ["late_policy"]:
         return (f"kind {error.instance.get('kind')!r} takes "
                 + ("no free_days or penalty_per_day" if error.instance.get("kind") == "none"
@@ -161,6 +192,14 @@ def _shape_problem(data) -> str | None:
     if policy is not None and (not isinstance(policy, dict)
                                or policy.get("kind") not in ("penalty", "free_days", "none")):
         return "course.late_policy: needs a kind among penalty, free_days, none"
+    grade_on = data["course"].get("grade_on", "push")
+    if grade_on not in GRADE_ON:
+        return f"course.grade_on: needs one of {', '.join(GRADE_ON)}"
+    every = data["course"].get("grade_every_minutes")
+    if (grade_on == "throttled") != (every is not None) or (
+            every is not None and (not isinstance(every, int) or every < 1)):
+        return ("course.grade_every_minutes: a whole number of minutes, given with "
+                "grade_on: throttled and only then")
     for i, lab in enumerate(data["labs"]):
         if not isinstance(lab, dict):
             return f"labs[{i}]: not a mapping"
@@ -284,9 +323,12 @@ def load_manifest(path: Path | str) -> Manifest:
             for s in entry["stages"])
         labs.append(Lab(entry["id"], entry["folder"], entry["title"], entry["status"], stages,
                         due=due.get(entry["id"]), late_days=int(entry.get("late_days", 0))))
+    grading = GradeTrigger(on=course.get("grade_on", "push"),
+                           every_minutes=int(course.get("grade_every_minutes", 0)))
     return Manifest(path=path.resolve(), name=course["name"], title=course["title"],
                     python=course.get("python", "3.11"), pins=dict(course.get("pins", {})),
-                    labs=labs, raw=data, late_policy=late_policy, timezone=timezone)
+                    labs=labs, raw=data, late_policy=late_policy, timezone=timezone,
+                    grading=grading)
 
 
 def find_manifest(start: Path | None = None) -> Path:

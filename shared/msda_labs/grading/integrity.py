@@ -33,10 +33,11 @@ __all__ = ["MANIFEST_PATH", "TEMPLATE_PATH", "GRADING_DIRS", "GRADING_FILES", "g
 MANIFEST_PATH = ".msda/integrity.sha256"
 TEMPLATE_PATH = ".msda/template.txt"
 # Folders a checkout may hold that are nobody's work: git data, environments, caches, and what
-# the kit itself writes beside a lab (reports, GPU plots, the progress cache).
+# the kit itself writes beside a lab (reports, GPU plots, the progress cache, the grading
+# workflow's cached packages).
 NOT_SCANNED = frozenset({".git", ".venv", "venv", ".nox", "__pycache__", ".pytest_cache",
                          ".ruff_cache", ".mypy_cache", "node_modules", "gpu-artifacts",
-                         ".progress"})
+                         ".progress", ".msda-env"})
 _KIT_OUTPUTS = frozenset({"grade.json", "grade.md"})
 _WALK_LIMIT = 20000  # entries listed at most: a checkout of a million files is not walked whole
 GRADING_DIRS = ("tests", "shared", ".github/workflows")
