@@ -108,6 +108,11 @@ def _cmd_regrade(ns) -> int:
         from msda_labs.classroom.insight_page import write_beside_gradebook
 
         print(write_beside_gradebook(rows, gradebook.parent / "insight.html")[1])
+    if ns.leaderboard:
+        from msda_labs.classroom.leaderboard import write_leaderboard
+
+        print(write_leaderboard(rows, gradebook.parent / "leaderboard.html",
+                                hide_names=ns.hide_names)[2])
     if ns.json:
         Path(ns.json).write_text(json.dumps(rows_json(rows), indent=2) + "\n")
     # Every row was sealed when the judge wrote it: the files must still say the same.
@@ -430,6 +435,12 @@ def _add_regrade(subparsers, raw) -> None:
     r.add_argument("--no-insight", action="store_true",
                    help="batch: do not write the class insight page (insight.html) beside the "
                         "gradebook")
+    r.add_argument("--leaderboard", action="store_true",
+                   help="batch: also write the speed leaderboard (leaderboard.html and .csv "
+                        "beside the gradebook) from the judge-clock times of the GPU stage")
+    r.add_argument("--hide-names", action="store_true",
+                   help="with --leaderboard: the page shows 'student N', not the names (the "
+                        "CSV keeps them)")
     r.add_argument("--at-deadline", action="store_true",
                    help="grade each clone's commit of record for the lab's due date "
                         "(classroom.yml), not its HEAD")

@@ -330,6 +330,13 @@ def _cmd_gradebook(ns) -> int:
         print(line)
         if page is not None:
             summary += "\n" + _insight_line(lab, page.name)
+    if getattr(ns, "leaderboard", None):
+        from msda_labs.classroom.leaderboard import write_leaderboard
+
+        line = write_leaderboard(rows, Path(ns.leaderboard), hide_names=ns.hide_names)[2]
+        print(line)
+        summary += f"\n\nThe speed leaderboard ({Path(ns.leaderboard).name} and its CSV) is in " \
+                   f"this run's gradebook artifact.\n"
     target = ns.summary or os.environ.get("GITHUB_STEP_SUMMARY")
     if target:
         with open(target, "a") as fh:
@@ -359,6 +366,10 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--merged", metavar="DIR", help="write each merged result here")
             p.add_argument("--insight", metavar="HTML",
                            help="also write the class insight page here (msda_labs insight)")
+            p.add_argument("--leaderboard", metavar="HTML",
+                           help="also write the speed leaderboard here (and its CSV beside it)")
+            p.add_argument("--hide-names", action="store_true",
+                           help="the leaderboard page shows 'student N', not the names")
             p.add_argument("--summary", metavar="FILE",
                            help="append the Markdown here (default: $GITHUB_STEP_SUMMARY)")
             p.add_argument("--strict", action="store_true",
