@@ -222,8 +222,12 @@ def commit_datetime(checkout, commit: str = "") -> datetime | None:
     when there is no such history."""
     import subprocess
 
-    proc = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(checkout), "log", "-1",
-                           "--format=%ct", commit or "HEAD", "--"], capture_output=True, text=True)
+    # The checkout's own configuration must not run a program (an fsmonitor, a signature check).
+    proc = subprocess.run(["git", "-c", "safe.directory=*", "-c", "core.fsmonitor=false",
+                           "-c", "log.showSignature=false", "-c", "core.hooksPath=/dev/null",
+                           "-C", str(checkout), "log", "-1", "--no-show-signature",
+                           "--format=%ct", commit or "HEAD", "--"], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL)
     stamp = proc.stdout.strip()
     if proc.returncode != 0 or not stamp.isdigit():
         return None

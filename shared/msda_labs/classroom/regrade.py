@@ -83,8 +83,11 @@ def detect_lab(checkout: Path, lab: str | None = None) -> str:
 def commit_of(checkout: Path) -> str:
     if not (Path(checkout) / ".git").exists():
         return ""
-    proc = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"],
-                          capture_output=True, text=True)
+    # As root, in a folder of the student's: their repository's configuration must not run a
+    # program (an fsmonitor, hooks).
+    proc = subprocess.run(["git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null",
+                           "-C", str(checkout), "rev-parse", "--verify", "HEAD"],
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL)
     return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
