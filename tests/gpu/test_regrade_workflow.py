@@ -43,13 +43,14 @@ def _steps():
             yield name, step
 
 
-def test_dispatch_only_with_three_inputs_and_least_permissions():
+def test_dispatch_only_with_its_inputs_and_least_permissions():
     data = _workflow()
     triggers = data[True] if True in data else data["on"]  # YAML 1.1 reads `on` as true
     assert set(triggers) == {"workflow_dispatch"}
     inputs = triggers["workflow_dispatch"]["inputs"]
-    assert set(inputs) == {"lab", "submissions", "gpu"}
-    assert inputs["gpu"]["type"] == "boolean" and inputs["gpu"]["default"] is False
+    assert set(inputs) == {"lab", "submissions", "gpu", "leaderboard", "hide_names"}
+    for name in ("gpu", "leaderboard", "hide_names"):
+        assert inputs[name]["type"] == "boolean" and inputs[name]["default"] is False
     assert data["permissions"] == {"contents": "read"}
     for job in data["jobs"].values():
         assert job.get("permissions", {"contents": "read"}) == {"contents": "read"}
