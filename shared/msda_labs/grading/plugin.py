@@ -81,6 +81,7 @@ class GradingSession:
         self.stage = config.getoption("msda_stage") or "all"
         self._executor: Executor | None = None
         self._source: SourceInfo | None = None
+        self._forbidden: list[str] | None = None
         self.submission: Path | None = None
         self.notes: list[str] = []
         self.speed: list[dict] = []  # judge-clock speed records (grading.speedjudge)
@@ -121,6 +122,13 @@ class GradingSession:
         if self._source is None:
             self._source = SourceInfo.read(self.submission)
         return self._source
+
+    def forbidden(self) -> list[str]:
+        """The import rule's findings on the submission, read once per run (a walk of its
+        syntax tree: a second per test on a lab of two dozen tests)."""
+        if self._forbidden is None:
+            self._forbidden = forbidden_imports(self.source, int(self.lab[3:]))
+        return self._forbidden
 
     def executor(self) -> Executor:
         if self._executor is None:
@@ -306,7 +314,7 @@ def submission(request: pytest.FixtureRequest) -> Submission:
     info = gs.source
     if info.tree is None:
         raise SubmissionError(f"{gs.submission.name} does not parse: {info.syntax_error}")
-    found = forbidden_imports(info, int(gs.lab[3:]))
+    found = gs.forbidden()
     if found:
         raise RuleViolation("rules: " + "; ".join(found)
                             + " (a submission may not use the answers it is graded against)")

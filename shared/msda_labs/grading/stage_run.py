@@ -64,8 +64,10 @@ _PYTEST_VARIABLES = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DEBUG")
 # (none of the kit's lab tests has one; a student's anywhere on the way is never imported), no
 # cache written into the lab folder, and the kit's plugin named explicitly (plugin autoloading
 # is off: an entry point that a planted ``*.dist-info`` declares is never loaded).
-_FIXED_ARGS = ("-p", "no:cacheprovider", "-c", os.devnull, "--noconftest",
-               "-p", "msda_labs.grading.plugin")
+# no:unraisableexception: its garbage collections at the end of a run cost a second or more of
+# a lab's grading, for warnings the grader never shows.
+_FIXED_ARGS = ("-p", "no:cacheprovider", "-p", "no:unraisableexception", "-c", os.devnull,
+               "--noconftest", "-p", "msda_labs.grading.plugin")
 
 
 class _PytestEnvironment:
