@@ -564,7 +564,9 @@ def clean(plan: dict, folders: list[str] | None = None) -> None:
     way and a fresh one made."""
     run = Path(plan["run"])
     try:
-        if any(True for _ in os.scandir(run)) or os.lstat(run).st_uid != plan["uid"]:
+        with os.scandir(run) as entries:
+            used = next(entries, None) is not None
+        if used or os.lstat(run).st_uid != plan["uid"]:
             if not remove_tree(run):
                 os.rename(run, run.with_name(f".msda-discarded-run-{os.urandom(6).hex()}"))
             _own_dir(run, plan["uid"])
