@@ -21,6 +21,7 @@ network the tests skip and say why. Tool set-up: act_env.py.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 
@@ -60,6 +61,34 @@ def _edit(repo, lab_id: str) -> str:
     return test_file.relative_to(repo).as_posix()
 
 
+# The whole-checkout attacks git can commit (no FIFO, socket or unreadable file), planted at once
+# with the canary into one student repository (tests/attacks/checkouts.py).
+PLANTED = ("optional-imports", "pytest-entry-point", "torch-backend-entry-point", "site-hooks",
+           "conftests", "pytest-configs", "planted-caches")
+
+
+def _plant(repo, lab_id: str) -> dict:
+    """Every committable whole-checkout attack and the canary, committed; returns the planted
+    files git tracks and the canary's folder."""
+    import subprocess
+    import time
+    from pathlib import Path
+
+    from attacks.checkouts import CHECKOUT_ATTACKS, make_canary_folder, plant_canary
+    from harness import commit_all
+
+    planted = []
+    for attack in CHECKOUT_ATTACKS:
+        if attack.name in PLANTED:
+            planted += attack.plant(repo, lab_id)
+    canary = make_canary_folder(Path(f"/run/msda-canary-act-{time.monotonic_ns()}"))
+    plant_canary(repo, lab_id, canary)
+    commit_all(repo, "my work")
+    tracked = set(subprocess.run(["git", "ls-files"], cwd=repo, capture_output=True, text=True,
+                                 check=True).stdout.split())
+    return {"planted": [f for f in planted if f in tracked], "canary": canary}
+
+
 def _run(act_setup, tmp_path_factory, lab_id: str, variant: str):
     """One act run of a lab's workflow (cached for the session: parity reuses it)."""
     from harness import commit_all, run_act
@@ -75,6 +104,8 @@ def _run(act_setup, tmp_path_factory, lab_id: str, variant: str):
             commit_all(repo, "done")
         elif variant == "edited":
             info["edited"] = _edit(repo, lab_id)
+        elif variant == "planted":
+            info.update(_plant(repo, lab_id))
         run = run_act(act_setup, repo, work / "act")
         _RUNS[key] = (run, repo, info)
     return _RUNS[key]
@@ -189,6 +220,37 @@ def test_edited_copy_is_flagged_and_its_mistakes_annotated(act_setup, tmp_path_f
     planted = mutants(lab_id)
     if planted and planted[0].expect:
         assert planted[0].expect in summary  # the named mistake reaches the job summary
+
+
+def test_whole_checkout_attacks_score_zero_in_the_push_workflow(act_setup, tmp_path_factory):
+    """Lab 01's repository with every committable whole-checkout attack and the canary, pushed:
+    the workflow's grade is 0, every planted file is reported (a grading file as modified, the
+    rest as beyond the template, in grade.json and the job summary), and no code of the
+    student's ran as root in the runner (act runs as root here, so the grade is separated)."""
+    import shutil as _shutil
+
+    from attacks.checkouts import canaries_alive, canary_messages, records
+
+    if "lab01" not in LABS:
+        pytest.skip("lab01 is not among MSDA_ACT_LABS")
+    run, repo, info = _run(act_setup, tmp_path_factory, "lab01", "planted")
+    try:
+        grade, summary = _graded(run, "lab01")
+        assert _points(run).startswith("Points 0/"), _points(run)
+        integrity = grade["integrity"]
+        listed = set(integrity.get("extra") or []) | set(integrity.get("modified") or [])
+        assert info["planted"] and not [f for f in info["planted"] if f not in listed], \
+            (info["planted"], sorted(listed))
+        assert "files beyond the template" in summary
+        found = records(info["canary"]) + [(p, u, 0) for p, u in canary_messages(grade)]
+        assert not [f for f in found if f[1] == 0], f"canary records as root: {found}"
+        if os.geteuid() == 0:  # act runs the job as this user: root separates
+            assert (grade.get("separation") or {}).get("separated"), grade.get("separation")
+            assert any(p == "import" and u for p, u, _ in found), found
+            assert not [f for f in found if f[0] not in ("import", "grandchild")], found
+        assert not canaries_alive()
+    finally:
+        _shutil.rmtree(info["canary"], ignore_errors=True)
 
 
 def test_reporter_action_prints_what_the_builtin_step_prints(act_setup, tmp_path_factory):
