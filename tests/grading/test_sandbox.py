@@ -526,3 +526,24 @@ def test_a_stale_sandbox_never_blocks_the_next(fast_tmp):
     finally:
         second.close()
     assert not second.base.exists() and not list(fast_tmp.glob(f".msda-discarded-{second.slot}-*"))
+
+
+def test_the_private_world_binds_back_only_what_a_child_must_read(monkeypatch):
+    """Which entries of each world-writable folder a child's world shows, and where the world is
+    on (no root needed)."""
+    from msda_labs.grading import world
+
+    plan = {"uid": 64001, "gid": 64001, "run": "/tmp/msda-sandbox-1-ab/run",
+            "triton": "/tmp/msda-sandbox-1-ab/triton"}
+    spec = world.plan_world(plan, ["/tmp", "/var/tmp", "/tmp/open"],
+                            ["/tmp/msda-regrade-x/work/shared/msda_labs/student", "/usr/lib"])
+    assert spec["keep"] == {"/tmp": ["msda-regrade-x", "msda-sandbox-1-ab"], "/var/tmp": [],
+                            "/tmp/open": []}
+    assert spec["writable"] == ["/tmp/msda-sandbox-1-ab/triton"] and spec["uid"] == 64001
+    assert world._unescape("/mnt/with\\040space\\011tab") == "/mnt/with space\ttab"
+    monkeypatch.delenv(world.WORLD_ENV, raising=False)
+    assert world.wanted() == "" and "gpu" in world.wanted(gpu=True)
+    monkeypatch.setenv(world.WORLD_ENV, "1")
+    assert world.wanted(gpu=True) == ""
+    monkeypatch.setenv(world.WORLD_ENV, "0")
+    assert world.wanted() == world.wanted(gpu=True) == f"{world.WORLD_ENV}=0"
