@@ -13,6 +13,7 @@ import torch
 
 from msda_labs.grading import probes, timing
 from msda_labs.grading.guards import between_guards, pow2, sentinel_buffer
+from msda_labs.grading.spies import KernelLaunches
 from msda_labs.student import runtime
 from msda_labs.student.cases import make_inputs
 
@@ -80,7 +81,9 @@ def wrapper_probe(module, inputs, **kwargs):
     """msda_forward as labs 06 and 10 call it: level_start_index=None. It allocates its own
     output: in the interpreter, between guard bands (a stray store fails, every run alike)."""
     value, shapes, _starts, loc, attn = probes.on_device(inputs)
-    return module.msda_forward(value, shapes, None, loc, attn, **kwargs)
+    with KernelLaunches() as launched:  # the wrapper runs the lab's kernel, not a stand-in
+        out = module.msda_forward(value, shapes, None, loc, attn, **kwargs)
+    return {"out": out, "launched": launched.names}
 
 
 def big_probe(module, case, block_q):

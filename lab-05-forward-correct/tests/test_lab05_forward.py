@@ -85,6 +85,12 @@ def test_msda_forward_derives_level_starts(submission):
     case = MULTI_LEVEL
     inputs = make_inputs(case, torch.float32)
     res = run_guarded(submission, probes.wrapper_probe, inputs)
+    launched = res.get("launched", []) if isinstance(res, dict) else []
+    if "msda_forward_kernel" not in launched:
+        raise AssertionError(f"msda_forward(..., level_start_index=None, ...) launched "
+                             f"{launched or 'no Triton kernel'}, not msda_forward_kernel: the "
+                             f"given wrapper runs your kernel; a stand-in earns nothing here")
+    res = res["out"]
     B, _, M, D = inputs.value.shape
     expect_tensor(res, "msda_forward(..., level_start_index=None, ...)",
                   shape=(B, case.Q, M * D), dtype=torch.float32)

@@ -11,6 +11,7 @@ import torch
 
 from msda_labs.grading import probes, timing
 from msda_labs.grading.guards import cdiv, sentinel_buffer
+from msda_labs.grading.spies import KernelLaunches
 from msda_labs.student import runtime
 from msda_labs.student.cases import make_inputs
 
@@ -46,8 +47,11 @@ def launch_each(module, runs):
 @probes.guards_allocations()
 def wrapper_defaults(module, inputs):
     """The given wrapper with its defaults (BLOCK_Q=32, CHUNK_D=next pow2 of D); the output it
-    allocates lies between guard bands (a stray store fails, every run alike)."""
-    return module.msda_forward_chunked(*probes.on_device(inputs))
+    allocates lies between guard bands (a stray store fails, every run alike). Also the Triton
+    kernels it launched: the wrapper runs the lab's kernel, not a stand-in."""
+    with KernelLaunches() as launched:
+        out = module.msda_forward_chunked(*probes.on_device(inputs))
+    return {"out": out, "launched": launched.names}
 
 
 def big_probe(module, case, block_q, chunks):
@@ -101,7 +105,9 @@ def autotuned_run(module, inputs, block_q):
 
     kernel = module.make_autotuned_forward([triton.Config({"BLOCK_Q": block_q}, num_warps=1)])
     try:
-        return module.msda_forward_autotuned(*probes.on_device(inputs), kernel=kernel)
+        with KernelLaunches() as launched:  # the launcher runs the lab's kernel, not a stand-in
+            out = module.msda_forward_autotuned(*probes.on_device(inputs), kernel=kernel)
+        return {"out": out, "launched": launched.names}
     except RuntimeError as exc:
         if "active drivers" not in str(exc):
             raise

@@ -134,8 +134,19 @@ def test_chunked_accumulates_in_fp32(submission):
 def test_wrapper_defaults(submission):
     case = STANDARD_CASES[0]
     res = submission.run(probes.wrapper_defaults, judge.case_inputs(case, torch.float32))
-    judge.expect_forward(res, case, torch.float32,
-                    "msda_forward_chunked with its defaults (BLOCK_Q=32, CHUNK_D=None)")
+    what = "msda_forward_chunked with its defaults (BLOCK_Q=32, CHUNK_D=None)"
+    judge.expect_forward(_ran_chunked_kernel(res, what), case, torch.float32, what)
+
+
+def _ran_chunked_kernel(res, what):
+    """The output of a probe that ran a launcher, once it is clear that the launcher ran the
+    lab's kernel (lab 05's msda_forward in its place earns nothing here)."""
+    launched = res.get("launched", []) if isinstance(res, dict) else []
+    if "msda_forward_chunked_kernel" not in launched:
+        raise AssertionError(f"{what} launched {launched or 'no Triton kernel'}, not "
+                             f"msda_forward_chunked_kernel: the launcher runs your kernel; a "
+                             f"stand-in earns nothing here")
+    return res["out"]
 
 
 # Two batches of one 16384 x 16384 level with M * D = 12: batch 1 starts at value element
@@ -191,6 +202,7 @@ def test_autotuned_launch(submission, block_q):
     res = submission.run(probes.autotuned_run, judge.case_inputs(case, torch.float32), block_q)
     what = (f"msda_forward_autotuned with a one-config kernel (BLOCK_Q={block_q}, "
             f"num_warps=1)")
+    res = _ran_chunked_kernel(res, what)
     try:
         expect_close(res, ref, what=what, case=case.describe(), dtype=torch.float32,
                      expect_dtype=torch.float32)

@@ -267,6 +267,19 @@ def bf16_atomics_hint(dtype, call):
         raise
 
 
+def launched_backward_kernel(res, what):
+    """The gradients of a wrapper probe's result, once it is clear that the given wrapper ran
+    the lab's kernel (an earlier lab's PyTorch backward in its place earns nothing here)."""
+    launched = res.get("launched") if isinstance(res, dict) else None
+    if launched is None:
+        raise AssertionError(f"{what}: the probe returned no result")
+    if "msda_backward_kernel" not in launched:
+        raise AssertionError(f"{what} launched {launched or 'no Triton kernel'}, not "
+                             f"msda_backward_kernel: the given wrapper runs your kernel; a "
+                             f"stand-in for it earns nothing here")
+    return res["grads"]
+
+
 def check_three_gradients(res, inputs, grad_out, dtype, *, what, where, suffix="",
                           named=False):
     """msda_backward's (grad_value, grad_loc, grad_attn) against fp32 autograd of the reference

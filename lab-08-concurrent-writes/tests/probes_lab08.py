@@ -13,6 +13,7 @@ import torch
 
 from msda_labs.grading import probes, timing
 from msda_labs.grading.guards import between_guards, cdiv, guarded, sentinel_buffer
+from msda_labs.grading.spies import KernelLaunches
 from msda_labs.student import runtime
 from msda_labs.student.cases import make_inputs, seeded_generator
 
@@ -88,10 +89,13 @@ def big_probe(module, case, block_q):
     "rows past Q and the channels past D")
 def wrapper_probe(module, inputs, grad_out, starts, kwargs):
     """msda_backward on ``inputs``; level_start_index=None unless ``starts``. The gradients it
-    allocates lie between guard bands (a stray write fails, every run alike)."""
+    allocates lie between guard bands (a stray write fails, every run alike). Also the Triton
+    kernels it launched (``"launched"``): the wrapper runs the lab's kernel, not a stand-in."""
     value, shapes, given_starts, loc, attn = probes.on_device(inputs)
-    return module.msda_backward(value, shapes, given_starts if starts else None, loc, attn,
-                                grad_out.to(value.device), **kwargs)
+    with KernelLaunches() as launched:
+        grads = module.msda_backward(value, shapes, given_starts if starts else None, loc, attn,
+                                     grad_out.to(value.device), **kwargs)
+    return {"grads": grads, "launched": launched.names}
 
 
 # -- GPU probes -----------------------------------------------------------------------------------

@@ -218,6 +218,7 @@ def _check_wrapper(submission, case, dtype, *, starts=True, **kwargs):
                                    kwargs, hint=CRASH_HINT))
     args = ", ".join(f"{k}={v}" for k, v in kwargs.items())
     what = f"msda_backward({'level_start_index=None, ' if not starts else ''}{args})"
+    res = judge.launched_backward_kernel(res, what)
     judge.check_three_gradients(res, inputs, grad_out, dtype, what=what,
                                 where=f"{case.describe()} in {str(dtype).replace('torch.', '')}",
                                 named=True)

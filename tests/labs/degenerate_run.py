@@ -25,6 +25,30 @@ def answers(lab_id: str) -> list[library.Degenerate]:
     return library.degenerate(lab_id, MUTANTS)
 
 
+BEGIN, END = "<!-- degenerate:begin -->", "<!-- degenerate:end -->"
+
+
+def count_table() -> str:
+    """The audit's table of what is tried: per lab and task, the degenerate answers, by function
+    (docs/degenerate.md holds it between its markers; test_degenerate.py keeps it in step)."""
+    lines = ["| lab | task | answers | functions (answers each) |", "|---|---|---:|---|"]
+    total = 0
+    for lab in lab_ids():
+        per_task: dict[str, dict[str, int]] = {}
+        for answer in answers(lab):
+            for task in answer.tasks:
+                fns = per_task.setdefault(task, {})
+                fns[answer.function] = fns.get(answer.function, 0) + 1
+        for task in sorted(per_task, key=lambda t: [int(x) for x in t.split(".")]):
+            fns = per_task[task]
+            listed = ", ".join(f"`{fn}` ({n})" for fn, n in fns.items())
+            lines.append(f"| {lab} | {task} | {sum(fns.values())} | {listed} |")
+        total += len(answers(lab))
+    lines.append(f"| **all** | | **{total}** | (an answer whose function serves several tasks "
+                 f"is counted in each) |")
+    return "\n".join(lines)
+
+
 def grade(answer: library.Degenerate) -> dict:
     """{task: [score, max score]} of ``answer`` graded alone on its tasks, and the wall time."""
     source = answer.apply(chip_path(answer.lab).read_text())
@@ -49,7 +73,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("labs", nargs="*")
     parser.add_argument("--json")
+    parser.add_argument("--table", action="store_true", help="print the audit's count table")
     args = parser.parse_args(argv)
+    if args.table:
+        print(count_table())
+        return 0
     rows = []
     done = {}
     if args.json and Path(args.json).is_file():  # resume: keep what an earlier run measured
