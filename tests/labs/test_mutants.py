@@ -35,9 +35,11 @@ def _also_named(mutant) -> list[str]:
 def wrong_explanations(mutant, result: dict) -> list[str]:
     """The named mistakes of ``result`` that are not ``mutant``'s: every mistake the feedback
     names where it starts (the report's "start here") must be the planted one, under its
-    ``expect`` phrase or one of its ``names``; a mutant with neither may be named as nothing.
+    ``expect`` phrase or one of its ``names`` (a mutant that declares neither is not judged).
     Errors raised by the submission (a traceback's line) are not explanations."""
     accepted = [p.lower() for p in (mutant.expect, *_also_named(mutant)) if p]
+    if not accepted:
+        return []
     causes = diagnose(GradeResult.from_dict(result)).causes
     return [f"Task {c.task}: {c.says()}" for c in causes if not c.error
             and not any(p in f"{c.label} {c.meaning}".lower() for p in accepted)]
