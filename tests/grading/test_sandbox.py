@@ -397,6 +397,7 @@ def _session(separation):
     gs = GradingSession.__new__(GradingSession)
     gs.lab, gs.title, gs.submission = "lab99", "", None
     gs.tasks, gs.order, gs.records, gs.notes = {}, [], {}, []
+    gs.speed, gs.gpu_points = [], {}
     gs._executor = SimpleNamespace(separation=separation)
     return gs
 

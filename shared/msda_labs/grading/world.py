@@ -105,10 +105,10 @@ def plan_world(plan: dict, shared: list[str], needed: list[str]) -> dict:
     folders ``shared`` (outermost first) and, in each, the entries to bind back because a path
     of ``needed`` lies below them. The plan's folders are needed too."""
     keep: dict[str, list[str]] = {}
-    wanted = [os.path.realpath(p) for p in [*needed, plan["run"], plan["triton"]] if p]
+    paths = [os.path.realpath(p) for p in [*needed, plan["run"], plan["triton"]] if p]
     for top in shared:
         names = set()
-        for path in wanted:
+        for path in paths:
             if path.startswith(top.rstrip("/") + "/"):
                 names.add(path[len(top.rstrip("/")) + 1:].split("/", 1)[0])
         keep[top] = sorted(names)
