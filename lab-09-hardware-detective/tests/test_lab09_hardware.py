@@ -72,6 +72,15 @@ def test_find_atomics_on_the_backward_kernel(submission):
     signature = {name: kind for name, (kind, _why) in expected.items()}
     constexprs = {n: AOT_SIZES[n] for n, kind in signature.items() if kind == "constexpr"}
     ptx, res = submission.run(probes.live_ptx_probe, signature, constexprs, 90)
+    # The listing is compiled in your process: the judge holds it to what the compiler makes of
+    # this kernel (its entry, the sm_90 target, atomic adds), so an empty or made-up text that
+    # agrees with its own answer earns nothing.
+    if not isinstance(ptx, str) or not re.search(rf"\.entry\s+{BACKWARD}\b", ptx) \
+            or not re.search(r"^\s*\.target\s+sm_90a?\b", ptx, flags=re.M) \
+            or not judge.atomics(ptx):
+        raise AssertionError("the lab 08 backward kernel compiled for sm_90 came back without "
+                             "its .entry, its sm_90 target or any atomic: the compilation in "
+                             "your process was changed")
     judge.check_detector(res, judge.atomics(ptx), "find_atomics on the lab 08 backward kernel "
                                                   "compiled for sm_90 with a bf16 grad_value "
                                                   "buffer")
