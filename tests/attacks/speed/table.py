@@ -231,6 +231,30 @@ def chip_times(lab: int, repeats: int = 3) -> dict:
     return out
 
 
+def noop_bias(folder: Path, repeats: int = 3) -> dict:
+    """What a submission that does nothing (zeros of the right shape) measures on the judge's
+    clock: the child's protocol cost less the clean server's, the protocol's own bias."""
+    from msda_labs.grading.speedjudge import judge_msda_speed
+
+    case, dtype_name = _case()
+    path = folder / "does_nothing.py"
+    path.write_text("import torch\n\n\ndef msda_forward(value, spatial_shapes, level_start_index,"
+                    " sampling_locations, attention_weights, BLOCK_Q=32):\n"
+                    "    return torch.zeros(value.shape[0], sampling_locations.shape[1],\n"
+                    "                       value.shape[2] * value.shape[3], dtype=value.dtype,\n"
+                    "                       device=value.device)\n")
+    found = []
+    with _executor(path, 5, []) as ex:
+        for _ in range(repeats):
+            measured = judge_msda_speed(_submission(ex), case, dtype_name, fn="msda_forward",
+                                        truth=lambda inputs: None,
+                                        close=lambda res, ref, what: None, baselines={})
+            found.append({"yours_minus_noop_us": measured["raw_times_us"]["yours"],
+                          "overhead_us": measured["overhead_us"],
+                          "spread_us": measured["spread_us"]})
+    return {"case": case.id, "dtype": dtype_name, "runs": found}
+
+
 def _environment() -> dict:
     env = {"python": platform.python_version(), "torch": torch.__version__, "gpu": GPU,
            "time_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
@@ -259,6 +283,11 @@ def part_attacks(out: Path, result: dict) -> None:
               f"{row.get('new', {}).get('score', '-')}", flush=True)
         result["attacks"] = rows
         _save(out, result)
+    try:
+        result["noop_bias"] = noop_bias(out / "submissions")
+    except Exception as exc:  # noqa: BLE001 - keep what the other parts measured
+        result["noop_bias"] = {"error": f"{type(exc).__name__}: {exc}"}
+    _save(out, result)
     result["chips"] = []
     for lab in (5, 8):
         try:
