@@ -40,6 +40,9 @@ def test_load_point_reads_and_shifts(submission, dtype_name):
 @pytest.mark.rule("mask-query-tail")
 def test_load_point_lanes_off_read_nothing(submission):
     step, res = _point_tile(submission, "float32")
+    # The mask earns its point only on a load_point whose lanes on read right (a helper that
+    # returns zeros reads nothing anywhere).
+    judge.check_point(res, step)
     judge.check_point_lanes_off(res, step)
 
 
@@ -62,13 +65,19 @@ def test_gather_corner_reads_the_pixel(submission):
 @pytest.mark.task("5.2", points=1)
 @pytest.mark.rule("zero-padding", "mask-corners")
 def test_gather_corner_is_zero_outside_the_level(submission):
-    judge.check_corner_outside(_corner_tile(submission), _corner())
+    # Zero outside earns its point only on a gather_corner that reads the pixels inside.
+    res = _corner_tile(submission)
+    judge.check_corner_inside(res, _corner())
+    judge.check_corner_outside(res, _corner())
 
 
 @pytest.mark.task("5.2", points=1)
 @pytest.mark.rule("mask-query-tail", "mask-channel-tail")
 def test_gather_corner_reads_nothing_for_lanes_and_channels_off(submission):
-    judge.check_corner_masked(_corner_tile(submission), _corner())
+    # The masks earn their point only on a gather_corner that reads the pixels inside.
+    res = _corner_tile(submission)
+    judge.check_corner_inside(res, _corner())
+    judge.check_corner_masked(res, _corner())
 
 
 # -- Task 5.3: sample_point ----------------------------------------------------------------------
