@@ -20,10 +20,10 @@ In the keeper's mount namespace (:func:`enter`):
 
 The IPC namespace gives the child SysV IPC and POSIX message queues of its own. When the child
 returns, the keeper exits, and the kernel kills every process left in the PID namespace,
-whatever its uid or session; the last process gone, the tmpfs folders are freed. Nothing the child wrote or
-started is seen by the next one. The keeper never runs student code and stays root: the child
-cannot signal it, and it dies with the zygote (``PR_SET_PDEATHSIG``); killed at the time limit,
-it takes the whole namespace with it.
+whatever its uid or session; the last process gone, the tmpfs folders are freed. Nothing the
+child wrote or started is seen by the next one. The keeper never runs student code and stays
+root: the child cannot signal it, and it dies with the zygote (``PR_SET_PDEATHSIG``); killed at
+the time limit, it takes the whole namespace with it.
 
 Where a namespace is refused (a container without CAP_SYS_ADMIN), :func:`probe` says which, the
 result says so (``separation.world``), and the sandbox's cleanup after every request does what
