@@ -202,8 +202,8 @@ def run_act(setup: ActSetup, repo: Path, work: Path, *, event: str = "push",
             else (exc.stdout or "")
         log, code = log + f"\n[harness] act ran past {timeout} s\n", -9
     finally:
+        seconds = time.monotonic() - started  # act's own wall time, not the clean-up below
         shutil.rmtree(scratch, ignore_errors=True)
-    seconds = time.monotonic() - started
     (work / "act.log").write_text(log)
     summaries = []
     if summary_log.is_file():

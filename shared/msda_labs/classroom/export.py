@@ -165,7 +165,8 @@ def due_note(manifest: Manifest, lab: Lab) -> str:
 
 def _readme(handout: str, manifest: Manifest, lab: Lab) -> str:
     start = workflows.fill(workflows.template("readme-start.md"), LAB=lab.id,
-                           COURSE_TITLE=manifest.title, PLATFORM=platform_note(lab))
+                           COURSE_TITLE=manifest.title, PLATFORM=platform_note(lab),
+                           WHEN_GRADED=workflows.when_graded(manifest, lab))
     due = due_note(manifest, lab)
     if due:
         heading, _, rest = start.partition("\n\n")

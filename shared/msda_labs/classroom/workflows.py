@@ -109,6 +109,34 @@ _GATE_STEP = """
 """
 
 
+def when_graded(manifest: Manifest, lab: Lab) -> str:
+    """The exported README's step that says when GitHub grades (``course.grade_on``), wrapped
+    to follow ``4. `` in the list of readme-start.md."""
+    import textwrap
+
+    return textwrap.fill("4. " + _when_graded(manifest, lab), width=99, subsequent_indent="   ",
+                         break_on_hyphens=False, break_long_words=False)[3:]
+
+
+def _when_graded(manifest: Manifest, lab: Lab) -> str:
+    where = ("the points appear in the run's summary and its `grade.json` artifact")
+    grading = manifest.grading
+    if grading.on == "submission":
+        return (f"Grade as often as you like on your machine (`nox -s {lab.id}`): it is free "
+                f"and the same grader. GitHub Actions grades a *submission* only: push a tag "
+                f"whose name starts with `submit` (`git tag submit-1 && git push origin "
+                f"submit-1`), publish a release, or run the *Autograding Tests* workflow by "
+                f"hand (Actions, Run workflow); {where}. Plain pushes are not graded there.")
+    if grading.on == "throttled":
+        return (f"Commit and push: GitHub Actions runs the same grader (the *Autograding Tests* "
+                f"workflow), at most once every {grading.every_minutes} minutes per branch (a "
+                f"push sooner than that says so in its summary; running the workflow by hand "
+                f"always grades); {where}. In between, grade on your machine: `nox -s "
+                f"{lab.id}`.")
+    return (f"Commit and push: GitHub Actions runs the same grader (the *Autograding Tests* "
+            f"workflow); {where}.")
+
+
 def grading_step(lab: Lab) -> str:
     """The name of the job's grading step (the throttle gate looks for it in earlier runs)."""
     return f"Grade {lab.id}"
