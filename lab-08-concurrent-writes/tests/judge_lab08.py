@@ -189,8 +189,8 @@ def check_point_buffer(buf, shape, dtype, guard, *, what, where):
     return check_sentinel_buffer(
         buf, shape, dtype, guard, label=f"{what} on {where}",
         past_end="the kernel wrote {count} elements past its end (from {distance} element(s) "
-        "after its last one): an unmasked tail, the rows q >= Q of the last query block; store "
-        "under mask_q",
+        "after its last one); this is an unmasked tail: the rows q >= Q of the last query "
+        "block; store under mask_q",
         before_start="the kernel wrote before its start",
         unwritten="{count} of {n} elements were never written (first at {at}); the wrapper "
         "allocates it with torch.empty, so every element must be stored by the program that "

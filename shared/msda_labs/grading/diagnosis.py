@@ -28,6 +28,8 @@ __all__ = ["Cause", "Finding", "Diagnosis", "diagnose", "named_mistakes", "catal
 FAILING = (Status.FAILED, Status.ERROR, Status.CRASHED, Status.TIMEOUT)
 _EXACT = re.compile(r"this is exactly the output of (?P<text>[^;]+)")
 _THIS_IS = re.compile(r"this is an? (?P<label>[^:;]{3,80}): (?P<meaning>[^;]+)")
+# A rule the submission breaks (grading.rules, a test's own rule): "rule: X must ...; why".
+_RULE = re.compile(r"^(?P<label>rules?: [^;(]{3,120}?)\s*(?:[;(]\s*(?P<meaning>[^;]*))?(?:;|$)")
 # The zygote's "... (line 150 of lab05.py)": where in the student's file an error came from.
 _LINE = re.compile(r"\(line (?P<line>\d+) of (?P<file>[^)\s]+)\)")
 _ARTICLE = re.compile(r"^(?:an?|the)\s+", re.I)
@@ -85,7 +87,8 @@ def named_mistakes(message: str, catalogue=None) -> list[tuple[str, str]]:
     """The known mistakes a failure message names, as ``(label, meaning)`` pairs.
 
     A catalogue sentence found in the message names its mistake; otherwise the grader's phrases
-    "this is exactly the output of X" and "this is a/an X: why" name X.
+    "this is exactly the output of X" and "this is a/an X: why" name X, and a broken rule
+    ("rule: X must ...; why", "rules: ...") is named by its first clause.
     """
     if catalogue is None:
         catalogue = catalogue_sentences()
@@ -102,6 +105,11 @@ def named_mistakes(message: str, catalogue=None) -> list[tuple[str, str]]:
     match = _THIS_IS.search(message)
     if match:
         return [(match.group("label").strip(), match.group("meaning").strip())]
+    match = _RULE.match(message.strip())
+    if match:
+        label = match.group("label").strip()
+        why = (match.group("meaning") or "").strip().removesuffix(")").strip()
+        return [(label, f"{label}: {why}" if why else label)]
     return []
 
 

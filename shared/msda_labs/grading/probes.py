@@ -241,9 +241,9 @@ def check_forward_output(buf, shape, dtype, guard: int, *, what: str, case: str,
         before_start="the kernel wrote {count} elements before the start of out; an offset went "
                      "negative",
         unwritten="{count} of {n} output elements were never written (first at out{at} of "
-                  "(B, Q, M, D)); every (b, q, m, d) must be stored by exactly one program: "
-                  "check the grid decode (b, m), offs_q and the store offsets "
-                  "(b * Q + q) * M + m")
+                  "(B, Q, M, D)); this is an output never written in full: every (b, q, m, d) "
+                  "must be stored by exactly one program: check the grid decode (b, m), offs_q "
+                  "and the store offsets (b * Q + q) * M + m")
     return out.view(B, Q, M * D)
 
 
