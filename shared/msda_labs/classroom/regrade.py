@@ -92,7 +92,7 @@ def commit_of(checkout: Path) -> str:
 
 
 def student_module(checkout: Path, lab_id: str) -> tuple[bytes | None, str]:
-    """The bytes of the checkout's ``labNN.py`` and "" , or (None, why) when it has none that can
+    """(the bytes of the checkout's ``labNN.py``, ""), or (None, why) when it has none that can
     be graded: missing, a link, not a regular file (a FIFO would block a reader), or too large.
     Opened without following links, and without blocking."""
     path = Path(checkout) / f"{lab_id}.py"
@@ -119,20 +119,18 @@ def student_module(checkout: Path, lab_id: str) -> tuple[bytes | None, str]:
     return data, ""
 
 
-def _work_tree(pristine: Path, work: Path, lab_id: str, module: bytes | None) -> list[str]:
+def _work_tree(pristine: Path, work: Path, lab_id: str, module: bytes | None) -> None:
     """``work``: a copy of the pristine lab with ``module`` as its ``labNN.py`` (the untouched
-    starter when None). Returns notes."""
+    starter when None)."""
     shutil.copytree(pristine, work, symlinks=True,
                     ignore=lambda folder, names: {n for n in names if n in _NOT_COPIED})
     target = work / f"{lab_id}.py"
     if module is not None:
         target.unlink(missing_ok=True)
         target.write_bytes(module)
-        return []
-    if not target.is_file():
+    elif not target.is_file():
         raise RegradeError(f"the checkout has no gradable {lab_id}.py and the pristine copy no "
                            f"starter")
-    return []
 
 
 def _kit_pristine(lab_id: str, scratch: Path) -> Path:
@@ -264,9 +262,8 @@ def regrade_checkout(checkout: Path, *, pristine: Path | None = None, lab_id: st
             template = set(integrity.walk(source, skip=integrity.NOT_SCANNED)[0])
         added = integrity.extra_files(checkout, template, f"{lab_id}.py")
         work = scratch / "work"
-        notes = _work_tree(source, work, lab_id, module)
-        if module is None:
-            notes.append(f"{why}: graded the untouched starter")
+        _work_tree(source, work, lab_id, module)
+        notes = [f"{why}: graded the untouched starter"] if module is None else []
         judge_only = [source, *judgeonly.judge_only_paths(None, None)]
         if seed_path is not None:
             judge_only.append(seed_path)  # hidden, and the preflight must fail to open it
