@@ -299,28 +299,26 @@ def _run_autograder(zip_path: Path, root: Path, submission: Path) -> dict:
     return json.loads((root / "results" / "results.json").read_text())
 
 
-@pytest.mark.parametrize("name", ["pytest-entry-point", "optional-imports"])
-def test_whole_checkout_attacks_score_zero_on_gradescope(exports, gradescope_zip, tmp_path, name,
-                                                          request):
-    """A submission uploaded as a whole repository: only its labNN.py is graded, in the
-    pristine lab; the planted files are named in the output, and nothing of them runs (the
-    optional imports carry the canary too: only its module runs, as a sandbox uid)."""
-    attack = next(a for a in CHECKOUT_ATTACKS if a.name == name)
+def test_whole_checkout_attacks_score_zero_on_gradescope(exports, gradescope_zip, tmp_path,
+                                                          canary_folder):
+    """A submission uploaded as a whole repository, with a pytest plugin declared in a planted
+    metadata folder, modules named like optional imports and the canary: only its labNN.py is
+    graded, in the pristine lab; the planted files are named in the output, and only the
+    module runs, as a sandbox uid (one grading)."""
     repo = shutil.copytree(exports[CHECKOUT_LAB], tmp_path / "repo")
-    planted = attack.plant(repo, CHECKOUT_LAB)
-    canary = None
-    if name == "optional-imports":
-        canary = request.getfixturevalue("canary_folder")
-        plant_canary(repo, CHECKOUT_LAB, canary)
+    planted = []
+    for attack in CHECKOUT_ATTACKS:
+        if attack.name in ("pytest-entry-point", "optional-imports"):
+            planted += attack.plant(repo, CHECKOUT_LAB)
+    plant_canary(repo, CHECKOUT_LAB, canary_folder)
     data = _run_autograder(gradescope_zip, tmp_path / "autograder", repo)
-    assert data["score"] == 0 and data["tests"], f"{name} on Gradescope: {data['score']} points"
+    assert data["score"] == 0 and data["tests"], f"on Gradescope: {data['score']} points"
     listed = json.dumps(data)
-    assert all(f in listed for f in planted), f"{name}: planted files not named: {planted}"
-    if canary is not None:
-        messages = {"exercises": [{"tests": [{"message": t.get("output", "")}
-                                             for t in data["tests"]]}]}
-        problems = _canary_problems(messages, canary)
-        assert not problems, "\n".join(problems)
+    assert all(f in listed for f in planted), f"planted files not named: {planted}"
+    messages = {"exercises": [{"tests": [{"message": t.get("output", "")}
+                                         for t in data["tests"]]}]}
+    problems = _canary_problems(messages, canary_folder)
+    assert not problems, "\n".join(problems)
 
 
 def test_canary_and_every_planted_file_in_the_local_grade_as_root(exports, tmp_path, request,
