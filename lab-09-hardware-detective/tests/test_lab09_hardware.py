@@ -51,6 +51,12 @@ def test_find_atomics_none_present(submission):
     res = submission.call("find_atomics", judge.ptx("no_atomics.ptx"))
     judge.check_detector(res, [], "find_atomics on a listing with loads, stores and "
                                   "arithmetic but no atomic")
+    # Finding none earns its point only from a detector that finds some where there are some
+    # (an answer that is always [] is right here and nowhere else).
+    res = submission.call("find_atomics", judge.ptx("scatter_add_bf16_sm80.ptx"))
+    judge.check_detector(res, ["atom.relaxed.gpu.global.cas.b32"],
+                         "find_atomics on a real listing with a CAS loop, after the listing "
+                         "without atomics")
 
 
 @pytest.mark.task("9.1", points=1)
@@ -87,12 +93,24 @@ def test_find_atomics_on_the_backward_kernel(submission):
 
 
 # -- Task 9.2: classify_atomics ----------------------------------------------------------------
+# One plain list of each class: every test also classifies those of the other two classes, so
+# that an answer that is always the same class earns nothing.
+_OF_CLASS = {"emulated": ["atom.global.cas.b32"], "native": ["atom.global.gpu.relaxed.add.f32"],
+             "none": []}
+
+
 def _check_classes(submission, lists, expected, why):
-    res = submission.run(probes.classify_many, lists)
+    others = [(tokens, cls) for cls, tokens in _OF_CLASS.items() if cls != expected]
+    res = submission.run(probes.classify_many, lists + [tokens for tokens, _ in others])
     for tokens, got in zip(lists, res):
         if got != expected:
             raise AssertionError(f"classify_atomics({tokens}) returned {got!r}, expected "
                                  f"{expected!r}; {why}")
+    for (tokens, cls), got in zip(others, res[len(lists):]):
+        if got != cls:
+            raise AssertionError(f"classify_atomics({tokens}) returned {got!r}, expected "
+                                 f"{cls!r} (each test also classifies one list of each other "
+                                 f"class)")
 
 
 @pytest.mark.task("9.2", points=2)
@@ -165,6 +183,12 @@ def test_switch_returns_real_bools(submission):
             raise AssertionError(f"use_fp32_grad_accum({name}, {cap}) returned "
                                  f"{describe_value(got)}: return True or False (a bool), not an "
                                  f"int, a tensor or None; callers test it with `is True`")
+    # The type earns its point only with the right answers (True, False, False here): a
+    # constant bool is a bool, but no switch.
+    for (name, cap), got, want in zip(rows, res, (True, False, False)):
+        if got is not want:
+            raise AssertionError(f"use_fp32_grad_accum({name}, {cap}) returned the bool {got}, "
+                                 f"expected {want}: a real bool, but the wrong one")
 
 
 # -- Task 9.4: backward_signature --------------------------------------------------------------
