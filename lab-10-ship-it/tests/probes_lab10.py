@@ -91,6 +91,7 @@ def function_probe(module, case, dtype_name, flag, backward=True):
 @guards_allocations()
 def double_backward_probe(module, case):
     """A second derivative through MSDAFunction: it must raise (the backward is a kernel)."""
+    first = function_probe(module, case, "float32", False)  # the first derivative: right?
     value, shapes, starts, loc, attn = device_inputs(case, "float32", requires_grad=True)
     out = module.MSDAFunction.apply(value, shapes, starts, loc, attn, False)
     # The upstream gradient 2 * out depends on the inputs (so autograd records a graph through
@@ -103,8 +104,8 @@ def double_backward_probe(module, case):
     except NotImplementedError:
         raise
     except RuntimeError as exc:
-        return {"raised": str(exc).strip().splitlines()[0][:300]}
-    return {"second": loc.grad}
+        return {"raised": str(exc).strip().splitlines()[0][:300], "first": first}
+    return {"second": loc.grad, "first": first}
 
 
 def _scramble(t):
@@ -185,12 +186,12 @@ def flag_probe(module, runs):
 def function_flag_probe(module, case):
     """MSDAFunction.apply with True, then False, and backward: the flags msda_backward got."""
     module, logs = _spied(module)
-    seen = []
+    seen, runs = [], []
     for flag in (True, False):
         before = len(logs["msda_backward"])
-        function_probe(module, case, "float32", flag)
+        runs.append(function_probe(module, case, "float32", flag))
         seen.append([c["flag"] for c in logs["msda_backward"][before:]])
-    return seen
+    return {"seen": seen, "runs": runs}
 
 
 @guards_allocations()

@@ -36,8 +36,12 @@ def test_function_backward_all_three_gradients(submission):
 @pytest.mark.task("10.1", points=1)
 @pytest.mark.rule("accumulator-switch")
 def test_function_hands_its_flag_to_the_backward(submission):
-    seen = submission.run(probes.function_flag_probe, SINGLE)
-    for flag, calls in zip((True, False), seen):
+    res = submission.run(probes.function_flag_probe, SINGLE)
+    # The flag earns its point only on an MSDAFunction whose output and gradients are right.
+    for flag, run in zip((True, False), res["runs"]):
+        check_output(run, SINGLE, "float32", f"MSDAFunction.apply(..., {flag})")
+        check_grads(run, SINGLE, "float32", f"MSDAFunction.apply(..., {flag})")
+    for flag, calls in zip((True, False), res["seen"]):
         if calls != [flag]:
             raise AssertionError(f"MSDAFunction.apply(..., {flag}) then backward: msda_backward "
                                  f"was called with fp32_grad_accum {calls or 'never'}, expected "
@@ -47,6 +51,9 @@ def test_function_hands_its_flag_to_the_backward(submission):
 @pytest.mark.task("10.1", points=1)
 def test_function_refuses_a_second_derivative(submission):
     res = submission.run(probes.double_backward_probe, SINGLE)
+    # Refusing the second derivative earns its point only where the first one is right.
+    check_output(res["first"], SINGLE, "float32", "MSDAFunction.apply(..., False)")
+    check_grads(res["first"], SINGLE, "float32", "MSDAFunction.apply(..., False)")
     if "raised" not in res:
         raise AssertionError("a second derivative through MSDAFunction came out without an "
                              "error: its backward runs a kernel that autograd cannot see, so that "

@@ -118,10 +118,14 @@ def plant_degenerate(space: dict, target: str, answer: str, expr=None, alias=Non
                 # The chip's answer, for the shape, only where the answer needs it: a named
                 # answer that does not read ``real`` runs nothing of the chip (no kernel launch,
                 # no call a spy could count).
-                real = fn(*args, **kwargs) if needs_real else None
                 bound = signature.bind(*args, **kwargs)
                 bound.apply_defaults()
-                return degenerate(real, dict(bound.arguments))
+                given = dict(bound.arguments)
+                if answer == "echo":  # the input as it came, before the chip adds into it
+                    given = {k: v.detach().clone() if isinstance(v, torch.Tensor) else v
+                             for k, v in given.items()}
+                real = fn(*args, **kwargs) if needs_real else None
+                return degenerate(real, given)
             finally:
                 depth[0] -= 1
 
