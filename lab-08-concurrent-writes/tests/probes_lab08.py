@@ -85,8 +85,8 @@ def big_probe(module, case, block_q):
 
 
 @probes.guards_allocations(
-    "a store or atomic add past the end of a gradient it allocated is an unmasked tail: mask the "
-    "rows past Q and the channels past D")
+    "this is an unmasked tail: a store or atomic add went past the end of a gradient it "
+    "allocated, so mask the rows past Q and the channels past D")
 def wrapper_probe(module, inputs, grad_out, starts, kwargs):
     """msda_backward on ``inputs``; level_start_index=None unless ``starts``. The gradients it
     allocates lie between guard bands (a stray write fails, every run alike). Also the Triton

@@ -166,8 +166,8 @@ class Finding:
 
     ``causes``: the causes this test names that start here. ``same``: causes it names that an
     earlier test of the same task already named. ``follows``: causes of earlier tasks that it
-    names (all it names, when ``explained``). ``after``: causes of earlier tasks standing upstream
-    of a failure that names nothing (they may be behind it).
+    names (all it names, when ``explained``). ``after``: the causes of its own task and earlier
+    ones, for a failure that names nothing (they may be behind it).
     """
 
     exercise: ExerciseResult
@@ -248,9 +248,11 @@ def diagnose(result: GradeResult, catalogue=None) -> Diagnosis:
                     finding.same.append(known)
                 else:
                     finding.follows.append(known)
-            if not names:
-                finding.after = [c for c in out.causes if task_key(c.task) < task_key(ex.id)]
             out.findings[(ex.id, test.name)] = finding
+    # A failure that names nothing may follow from any cause of its own task or an earlier one.
+    for (task, _), finding in out.findings.items():
+        if not finding.names:
+            finding.after = [c for c in out.causes if task_key(c.task) <= task_key(task)]
     return out
 
 

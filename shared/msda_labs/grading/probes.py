@@ -61,8 +61,9 @@ CRASH_HINT = ("in the interpreter a crash is almost always a load or store at a 
 
 
 # -- probe side: what the student's code allocates itself ---------------------------------------
-ALLOCATION_HINT = ("a store past the end of an output is an unmasked tail: the store mask must "
-                   "cover both the rows past the last query and the channels past D")
+ALLOCATION_HINT = ("this is an unmasked tail: a store went past the end of an output, so the "
+                   "store mask must cover both the rows past the last query and the channels "
+                   "past D")
 
 
 class OutOfBoundsWrite(RuntimeError):
