@@ -25,9 +25,11 @@ from msda_labs.grading.results import GradeResult
 def _also_named(mutant) -> list[str]:
     """The other phrases under which the feedback may name ``mutant``'s mistake (``names:`` in
     its library entry: e.g. a store that ignores the query mask is also an unmasked tail)."""
-    path = MUTANTS / f"{mutant.lab}.yaml"
+    path, key = MUTANTS / f"{mutant.lab}.yaml", mutant.id
+    if mutant.append is not None:  # a whole-submission mutant: whole.yaml, id without "whole_"
+        path, key = MUTANTS / "whole.yaml", mutant.append
     for entry in (yaml.safe_load(path.read_text()) if path.is_file() else None) or []:
-        if str(entry.get("id")) == mutant.id:
+        if str(entry.get("id")) == key:
             return [str(n) for n in entry.get("names") or ()]
     return []
 
