@@ -131,10 +131,15 @@ def render_sample(result: dict, task: str, test: str) -> str:
     from msda_labs.grading.render import render_terminal
     from msda_labs.grading.results import GradeResult
 
-    text = render_terminal(GradeResult.from_dict(result))
+    graded = GradeResult.from_dict(result)
+    text = render_terminal(graded)
     lines = text.splitlines()
     head = next((x for x in lines if x.startswith(f"  Task {task} ")), None)
-    failed = next((x for x in lines if re.match(rf"      \w+: {re.escape(test)}: ", x)), None)
+    # The test's own line, as the grader wrote it: the report may fold it into a line shared by
+    # the tests that name the same mistake, which would show the reader nothing of the message.
+    failed = next((f"      {t.status.terminal}: {t.name}: {t.message or t.status}"
+                   for ex in graded.exercises if ex.id == task for t in ex.tests
+                   if t.name == test and not t.status.passed), None)
     if head is None or failed is None:
         raise ValueError(f"the grader's report has no failing {test} under Task {task}:\n{text}")
     wrapped = textwrap.fill(failed.strip(), WIDTH, initial_indent=" " * 6,
