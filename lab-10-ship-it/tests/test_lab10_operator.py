@@ -13,6 +13,7 @@ import torch
 from judge_lab10 import TWO_LEVELS, VCASE, check_grads, check_output, run_msda
 
 from msda_labs.grading import describe_value
+from msda_labs.grading.probes import shared_run
 from msda_labs.grading.rejections import expect_rejections
 from msda_labs.truth.cases import OUT_OF_BOUNDS, SINGLE, make_inputs
 
@@ -194,8 +195,18 @@ def test_validate_decides_interpreter_or_not_when_called(submission):
 
 
 # -- Task 10.3: msda -----------------------------------------------------------------------------
+def _msda_computes(submission, rule):
+    """The rules of msda's plumbing earn their points only on an msda whose output is right
+    (one forward on TWO_LEVELS, shared by the tests that ask)."""
+    res = shared_run(submission, "msda_forward_two_levels", probes.msda_probe, TWO_LEVELS,
+                     "float32", "auto", False)
+    check_output(res, TWO_LEVELS, "float32", f"msda (graded for {rule} only when its output is "
+                                             f"right)")
+
+
 @pytest.mark.task("10.3", points=1)
 def test_msda_validates_its_inputs(submission):
+    _msda_computes(submission, "its validation")
     _refused(submission, [
         ("attention_weights truncated along K", _inputs(attn=lambda t: t[..., :1]),
          ["attention_weights"]),
@@ -206,6 +217,7 @@ def test_msda_validates_its_inputs(submission):
 
 @pytest.mark.task("10.3", points=2)
 def test_msda_empty_batch_or_queries(submission):
+    _msda_computes(submission, "its empty inputs")
     sizes = [(0, VCASE.Q), (VCASE.B, 0)]
     M, D = VCASE.M, VCASE.D
     for (B, Q), got in zip(sizes, submission.run(probes.empty_probe, VCASE, sizes)):
@@ -223,6 +235,7 @@ def test_msda_empty_batch_or_queries(submission):
 
 @pytest.mark.task("10.3", points=1)
 def test_msda_hands_contiguous_tensors_to_the_kernels(submission):
+    _msda_computes(submission, "what it hands the kernels")
     calls = submission.run(probes.contiguity_probe, TWO_LEVELS)
     if not calls:
         raise AssertionError("msda never called msda_forward")
