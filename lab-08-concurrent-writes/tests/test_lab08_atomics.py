@@ -19,7 +19,7 @@ from msda_labs.grading import expect_close
 from msda_labs.grading.baseline import chip_function
 from msda_labs.grading.bigcase import BigCase, judge_big
 from msda_labs.grading.probes import run_guarded, shared_run
-from msda_labs.grading.speedjudge import judge_msda_speed
+from msda_labs.grading.speedjudge import expect_close_but_borders, judge_msda_speed
 from msda_labs.grading.timing import REFERENCE_LIMIT, add_note, check_reference_speed
 from msda_labs.mistakes import grad_variants
 from msda_labs.truth.cases import (
@@ -324,8 +324,11 @@ def test_backward_speed_against_the_reference(submission):
 
     def close(res, refs, what):
         for name, got, ref in zip(judge.NAMES, res, refs):
-            expect_close(got, ref, what=f"msda_backward {name} ({what}) on the GPU", case=where,
-                         dtype=dtype, backward=True, expect_dtype=dtype)
+            # grad_loc: a few elements may fall on the other side of a pixel border
+            check = expect_close_but_borders if name == "grad_loc" else expect_close
+            kwargs = {} if name == "grad_loc" else {"backward": True}
+            check(got, ref, what=f"msda_backward {name} ({what}) on the GPU", case=where,
+                  dtype=dtype, expect_dtype=dtype, **kwargs)
 
     measured = judge_msda_speed(submission, case, dtype_name, fn="msda_backward",
                                 call="backward", truth=truth, close=close,

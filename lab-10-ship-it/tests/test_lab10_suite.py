@@ -26,7 +26,7 @@ from probes_lab10 import DTYPES, FAR, FAR_HEADS
 from msda_labs.grading import expect_close
 from msda_labs.grading.probes import timed_output
 from msda_labs.grading.rejections import expect_rejections
-from msda_labs.grading.speedjudge import judge_msda_speed
+from msda_labs.grading.speedjudge import expect_close_but_borders, judge_msda_speed
 from msda_labs.grading.timing import (
     REFERENCE_LIMIT,
     add_note,
@@ -279,9 +279,12 @@ def _step_close(case, dtype_name):
         names = ("the output", "the gradient of value", "the gradient of sampling_locations",
                  "the gradient of attention_weights")
         for i, (name, got, ref) in enumerate(zip(names, res, expected)):
-            expect_close(got, ref, what=f"msda then backward ({what}) on the GPU: {name}",
-                         case=f"{case.describe()} in {dtype_name}", dtype=DTYPES[dtype_name],
-                         backward=i > 0)
+            where = dict(what=f"msda then backward ({what}) on the GPU: {name}",
+                         case=f"{case.describe()} in {dtype_name}", dtype=DTYPES[dtype_name])
+            if i == 2:  # a few elements may fall on the other side of a pixel border
+                expect_close_but_borders(got, ref, **where)
+            else:
+                expect_close(got, ref, backward=i > 0, **where)
     return close
 
 

@@ -193,7 +193,7 @@ def test_lab10_step_is_timed_and_checked_on_the_judges_clock(verdicts):
 def test_the_honest_submission_passes_with_every_output_checked(verdicts):
     error, measured, notes, records = verdicts["honest"]
     assert error is None, error
-    assert measured["verified"] == 3 * 2 and measured["times_us"]["yours"] < SLOW_US
+    assert measured["verified"] == 3 * 2 and measured["times_us"]["yours"] < SLOW_US / 2
     (line,) = notes
     assert "the judge's clock" in line and "every output checked" in line
     assert set(measured["times_us"]) == {"yours", "reference"}
@@ -202,6 +202,10 @@ def test_the_honest_submission_passes_with_every_output_checked(verdicts):
     assert record["status"] == "timed" and record["primary"] == "yours"
     assert record["key"] == "msda_forward on multi_level in float32"
     assert record["times_us"] == measured["times_us"] and record["method"] == "judge-clock"
+    # The student's overhead came from a clean child of the same worker, the baselines' from
+    # the judge's server.
+    assert measured["clean_child"] is True
+    assert measured["overhead_us"] > 0 and measured["server_overhead_us"] > 0
 
 
 EXPECTED = {
@@ -233,7 +237,7 @@ def test_every_attack_loses_the_speed_points(verdicts, attack):
     error, measured, _notes, records = verdicts[attack]
     assert records[0]["status"] == ("failed" if error else "timed")
     if error is None:  # its outputs were right: the judge's clock saw the slow work
-        assert measured["times_us"]["yours"] > SLOW_US, measured["times_us"]
+        assert measured["times_us"]["yours"] > SLOW_US / 2, measured["times_us"]
         error = "slow"
     assert re.search(EXPECTED[attack], str(error)), str(error)[:400]
 
@@ -243,7 +247,7 @@ def test_patched_clocks_do_not_reach_the_judges(verdicts):
     still sees the 20 ms sleep of every call, on outputs that are all right."""
     error, measured, _notes, _records = verdicts["patched_timers"]
     assert error is None and measured["method"] == "judge-clock"
-    assert measured["verified"] == 3 * 2 and measured["times_us"]["yours"] > SLOW_US
+    assert measured["verified"] == 3 * 2 and measured["times_us"]["yours"] > SLOW_US / 2
 
 
 # -- the protocol's own checks, without a child --------------------------------------------------
@@ -359,3 +363,20 @@ def test_the_floor_flags_an_impossible_time(monkeypatch):
     with pytest.raises(speedjudge.SpeedTrialFailed, match="flagged for review"):
         speedjudge.judge_speed(fake, spec, truth=None, close=None, baselines={}, rounds=3,
                                floor_bytes=(10 ** 9, 10 ** 9))
+
+
+def test_a_location_gradient_may_differ_at_a_few_pixel_borders_only():
+    ref = torch.linspace(-1, 1, 10_000, dtype=torch.float64)
+    got = ref.clone().float()
+    got[:5] += 1.0  # 0.05%: samples rounded to the other side of a border
+    speedjudge.expect_close_but_borders(got, ref, what="grad_loc", dtype=torch.float32)
+    got[:20] += 1.0  # 0.2%: more than a border explains
+    with pytest.raises(AssertionError, match="20 of 10000 elements differ"):
+        speedjudge.expect_close_but_borders(got, ref, what="grad_loc", dtype=torch.float32)
+    got = ref.clone().float()
+    got[0] = float("nan")
+    with pytest.raises(AssertionError):
+        speedjudge.expect_close_but_borders(got, ref, what="grad_loc", dtype=torch.float32)
+    with pytest.raises(AssertionError):  # zeros are no border effect
+        speedjudge.expect_close_but_borders(torch.zeros(10_000), ref, what="grad_loc",
+                                            dtype=torch.float32)

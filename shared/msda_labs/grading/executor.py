@@ -405,18 +405,21 @@ class Executor:
         return self._interpret(reply, timeout)
 
     def converse(self, probe: Callable | tuple[str, str, str], *args, mode: str = "cpu",
-                 timeout: float | None = None, **kwargs) -> Conversation:
+                 timeout: float | None = None, submission: Path | str | None = None,
+                 **kwargs) -> Conversation:
         """Start ``probe(submission_module, *args, channel=..., **kwargs)`` in a fresh child and
         return at once: the judge talks with the running probe through
         :attr:`Conversation.conn` (a socket of its own, straight to the child), then collects
         the probe's result with :meth:`Conversation.finish`. What the child sends on that line
-        is untrusted: read it as bytes (``recv_bytes``), never unpickle it."""
+        is untrusted: read it as bytes (``recv_bytes``), never unpickle it. ``submission``: a
+        file of the kit the child imports instead of the student's (a clean child, forked from
+        the same worker, that runs no student code)."""
         timeout = float(timeout or self.default_timeout)
         ref = probe if isinstance(probe, tuple) else probe_ref(probe)
         request = {
             "probe": ref,
             "args": pickle.dumps((args, kwargs), protocol=pickle.HIGHEST_PROTOCOL),
-            "submission": str(self.submission),
+            "submission": str(submission or self.submission),
             "workdir": str(self.workdir),
             "timeout": timeout,
             "channel": True,

@@ -14,9 +14,13 @@ trial with no speed credit, whatever its time.
 The baselines (the PyTorch reference, the chip) and a no-op go through the same protocol (the
 same drawing, checksums and socket round trip) in a clean server: a thread of the judge that
 never loaded the student's module, run only while no child of the student exists (before the
-student's rounds and after its child ended). The no-op's round is the protocol's own overhead;
-it is subtracted from every variant, and measured only there, so a submission can neither move
-it nor the baselines. A time per call is ``(median round - median no-op round) / n``.
+student's rounds and after its child ended). The no-op's round there is the baselines'
+overhead. The student's overhead is the no-op's round in a clean child: a child forked from the
+same worker as the student's, after the student's child ended, importing a file of the kit
+instead of the student's (a child process pays more for the protocol than a thread of the judge:
+about 40 us a call on the H200). Neither no-op runs student code, so a submission can move
+neither the overheads nor the baselines. A time per call is ``(median round - median no-op
+round) / n``.
 
 A time below the floor that the bytes the operator must move allow at the device's bandwidth
 (measured here, on the judge's side) is flagged for review and not credited.
@@ -43,6 +47,7 @@ from msda_labs.grading import speedtrial
 from msda_labs.grading.submission import SubmissionProblem
 
 __all__ = ["forward_spec", "judge_speed", "judge_msda_speed", "msda_floor_bytes",
+           "expect_close_but_borders", "BORDER_SHARE",
            "SpeedTrialFailed", "device_bandwidth_gbs",
            "CACHE_FACTOR", "METHOD"]
 
@@ -115,6 +120,32 @@ def device_bandwidth_gbs(nbytes: int = 1 << 30) -> float | None:
     return 2 * nbytes / best / 1e9
 
 
+# Location gradients jump where a sample crosses a pixel border (the bilinear weights' slopes
+# change there), and two right fp32 implementations can round a sample near a border to different
+# sides: among the many random samples of a speed trial, a few elements of an honest kernel's
+# grad_loc can differ from the reference's by more than the tolerance. A trial allows this share.
+BORDER_SHARE = 1e-3
+
+
+def expect_close_but_borders(res, ref, *, what: str, case: str = "", dtype=None,
+                             share: float = BORDER_SHARE, **kwargs) -> None:
+    """:func:`msda_labs.grading.compare.expect_close` (backward tolerance), except that at
+    most ``share`` of the elements may differ, none of them NaN or infinite: for a location
+    gradient on the random inputs of a speed trial (:data:`BORDER_SHARE`)."""
+    from msda_labs.grading.compare import expect_close, mismatch, tolerance
+
+    try:
+        expect_close(res, ref, what=what, case=case, dtype=dtype, backward=True, **kwargs)
+    except AssertionError:
+        if not isinstance(res, torch.Tensor) or res.shape != ref.shape or \
+                not bool(torch.isfinite(res.detach().double()).all()):
+            raise
+        rtol, atol = tolerance(dtype or res.dtype, backward=True)
+        _bad, n_bad = mismatch(res, ref, rtol, atol)
+        if n_bad > share * ref.numel():
+            raise
+
+
 # -- the clean server -----------------------------------------------------------------------------
 class _CleanServer:
     """The protocol's child half, run by a thread of the judge on the baselines and the no-op."""
@@ -146,18 +177,6 @@ class _CleanServer:
         if self.error is not None:
             raise RuntimeError(f"the judge's own speed server failed: "
                                f"{type(self.error).__name__}: {self.error}") from self.error
-
-
-def _noop_call(spec: Mapping) -> Callable:
-    """What the protocol costs without the operator: outputs of the right shapes, no work."""
-    dtype = getattr(torch, spec["dtype"])
-    shapes = [tuple(s) for s in spec["out_shapes"]]
-
-    def call(*inputs):
-        dev = inputs[0].device
-        outs = tuple(torch.empty(s, dtype=dtype, device=dev) for s in shapes)
-        return outs if len(outs) > 1 else outs[0]
-    return call
 
 
 # -- one round -------------------------------------------------------------------------------------
@@ -355,16 +374,22 @@ def _judge_speed(submission, spec: Mapping, *, truth: Callable[[tuple], Any],
     names = ["noop", *present]
     checker = _Checker(spec, truth, close, verify)
     times: dict[str, list[float]] = {}
-    server = _CleanServer({"noop": _noop_call(spec), **present}, spec)
+    server = _CleanServer({"noop": speedtrial.noop_call(spec), **present}, spec)
     try:
         _clean_rounds(server, names, 1, {}, timeout)  # warm: compilation, allocations
         _clean_rounds(server, names, (rounds + 1) // 2, times, timeout)
         times.update(_student_rounds(submission, spec, checker, rounds, timeout))
+        child_noop = _clean_child_rounds(submission, spec, rounds, timeout)
         _clean_rounds(server, names, rounds // 2 + 1, times, timeout)
     finally:
         server.close()
     noop = statistics.median(times["noop"])
-    per_call = {name: _per_call_us(times[name], noop, n) for name in times if name != "noop"}
+    # The student's rounds less a clean child's no-op (the same kind of process, forked from the
+    # same worker, running no student code); the baselines' less the server's no-op.
+    child = statistics.median(child_noop) if child_noop else noop
+    yours = set(speedtrial.variants(spec))
+    per_call = {name: _per_call_us(times[name], child if name in yours else noop, n)
+                for name in times if name != "noop"}
     bandwidth = device_bandwidth_gbs()
     floor_us = None
     if floor_bytes is not None and bandwidth:
@@ -376,7 +401,8 @@ def _judge_speed(submission, spec: Mapping, *, truth: Callable[[tuple], Any],
         "method": METHOD, "reps": int(rounds), "rounds": int(rounds), "n": n,
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         "flushed_l2": False,
-        "overhead_us": noop / n * 1e6, "overhead_round_us": noop * 1e6,
+        "overhead_us": child / n * 1e6, "overhead_round_us": child * 1e6,
+        "server_overhead_us": noop / n * 1e6, "clean_child": bool(child_noop),
         "spread_us": {name: _spread_us(v, n) for name, v in times.items()},
         "verified": checker.checked, "floor_us": floor_us, "bandwidth_gbs": bandwidth,
     }
@@ -387,6 +413,29 @@ def _judge_speed(submission, spec: Mapping, *, truth: Callable[[tuple], Any],
                 f"({name}) on the judge's clock is below the {floor_us:.2f} us that moving "
                 f"its bytes takes at the {bandwidth:.0f} GB/s measured on this device")
     return measured
+
+
+def _clean_child_rounds(submission, spec, rounds: int, timeout: float) -> list[float]:
+    """The no-op's rounds in a clean child: forked from the student's worker after the
+    student's child ended, importing a file of the kit instead of the student's (empty where
+    the submission object cannot start one: the kit's own tests' stand-ins)."""
+    converse = getattr(submission, "converse", None)
+    if converse is None:
+        return []
+    talk = converse(speedtrial.serve_noop, dict(spec), timeout=timeout,
+                    submission=speedtrial.__file__)
+    samples: list[float] = []
+    try:
+        for round_no in range(rounds + 1):
+            seconds, _, raw = _timed_round(talk.conn, "noop", timeout, "the clean child")
+            if round_no:
+                samples.append(seconds)
+        talk.conn.send_bytes(b'{"do": "end"}')
+    finally:
+        outcome = talk.finish()
+    if outcome.kind != "ok":
+        raise RuntimeError(f"the judge's clean child failed: {outcome.message}")
+    return samples
 
 
 def _student_rounds(submission, spec, checker: _Checker, rounds: int, timeout: float):

@@ -26,7 +26,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["draw_round", "serve", "loop", "out_numel", "OPS"]
+__all__ = ["draw_round", "serve", "serve_noop", "noop_call", "loop", "out_numel", "OPS",
+           "variants"]
 
 
 def _device() -> torch.device:
@@ -155,6 +156,25 @@ def _autograd_call(fn: Callable, kwargs: Mapping) -> Callable:
 
 # How a spec's "call" turns a function into the timed call.
 OPS = {"forward": _forward_call, "backward": _backward_call, "autograd": _autograd_call}
+
+
+def noop_call(spec: Mapping) -> Callable:
+    """What the protocol costs without an operator: outputs of the right shapes (zeros), no
+    other work."""
+    dtype = getattr(torch, spec["dtype"])
+    shapes = [tuple(s) for s in spec["out_shapes"]]
+
+    def call(*inputs):
+        dev = inputs[0].device
+        outs = tuple(torch.zeros(s, dtype=dtype, device=dev) for s in shapes)
+        return outs if len(outs) > 1 else outs[0]
+    return call
+
+
+def serve_noop(_module, spec: Mapping, *, channel) -> dict:
+    """The probe of a clean child (one that imported a kit file, not the student's): the no-op,
+    whose rounds are the protocol's own cost in a child like the student's."""
+    return {"rounds": loop({"noop": noop_call(spec)}, spec, channel)}
 
 
 def variants(spec: Mapping) -> dict:

@@ -90,11 +90,14 @@ class Submission:
             return outcome.value
         raise SubmissionProblem.for_outcome(outcome.kind, outcome.message)
 
-    def converse(self, probe: Callable, *args, timeout: float | None = None, **kwargs):
+    def converse(self, probe: Callable, *args, timeout: float | None = None,
+                 submission: Path | str | None = None, **kwargs):
         """Start ``probe(module, *args, channel=..., **kwargs)`` in a fresh child and return the
-        :class:`~msda_labs.grading.executor.Conversation` the judge talks with it through."""
+        :class:`~msda_labs.grading.executor.Conversation` the judge talks with it through
+        (``submission``: a kit file imported instead of the student's, for a clean child)."""
         return self._session.executor().converse(
-            probe, *args, mode=self.mode, timeout=timeout or self._session.timeout, **kwargs)
+            probe, *args, mode=self.mode, timeout=timeout or self._session.timeout,
+            submission=submission, **kwargs)
 
     def call(self, name: str, *args, **kwargs) -> Any:
         """Call the submission's ``name(*args, **kwargs)`` in a fresh child process."""
