@@ -17,8 +17,9 @@ subprocess, cached by the hash of the lab and the file's text under ``--cache``,
 same.
 
 ``DIR`` then holds, per lab, ``labNN/regrade.json`` (the list ``regrade --batch --json`` writes)
-and ``labNN/gradebook.csv``, and ``planted.json``: what each student was given and how many
-students carry each mistake (the truth the insight page is tested against).
+and ``labNN/gradebook.csv``, and ``planted.json``: what each student was given, how many
+students carry each mistake and the tests each mistake alone crashes or times out in (the truth
+the insight page is tested against: every planted mistake, crashing or not, must be named).
 """
 
 from __future__ import annotations
@@ -160,6 +161,13 @@ def _grade(lab_id: str, source: str, cache: Path, root: Path) -> dict:
     return data
 
 
+def _crashes(graded: dict | None) -> list[str]:
+    """The tests a submission with one planted mistake crashed or timed out in (the library's
+    own record of which mistakes crash: the page must still name them)."""
+    return [t["name"] for ex in (graded or {}).get("exercises", ()) for t in ex["tests"]
+            if t["status"] in ("crashed", "timeout")]
+
+
 def make_class(students: int, out: Path, labs: list[str], *, seed: int = 0,
                mutants: Path | None = None, planted: int = 5, cache: Path | None = None,
                jobs: int = 1, progress=None) -> dict:
@@ -225,7 +233,8 @@ def make_class(students: int, out: Path, labs: list[str], *, seed: int = 0,
             "distinct_submissions": len(distinct),
             "given": {s: plan[s] for s in names},
             "mistakes": [{"mutant": m, "expect": library[m].expect, "why": library[m].why,
-                          "students": counts[m]}
+                          "students": counts[m],
+                          "crashes": _crashes(graded.get(plant(chip, [library[m]])))}
                          for m in sorted(counts, key=lambda k: (-counts[k], k))],
         }
         if progress is not None:
