@@ -200,8 +200,9 @@ def _msda_computes(submission, rule):
     (one forward on TWO_LEVELS, shared by the tests that ask)."""
     res = shared_run(submission, "msda_forward_two_levels", probes.msda_probe, TWO_LEVELS,
                      "float32", "auto", False)
-    check_output(res, TWO_LEVELS, "float32", f"msda (graded for {rule} only when its output is "
-                                             f"right)")
+    what = f"msda (graded for {rule} only when it runs the kernels and its output is right)"
+    judge_lab10.check_kernels_ran(res, what, backward=False)
+    check_output(res, TWO_LEVELS, "float32", what)
 
 
 @pytest.mark.task("10.3", points=1)
@@ -252,6 +253,7 @@ def test_msda_hands_contiguous_tensors_to_the_kernels(submission):
 def test_msda_non_contiguous_inputs(submission):
     res = run_msda(submission, TWO_LEVELS, "float32", noncontiguous=True)
     what = "msda on non-contiguous value, locations and weights (and upstream gradient)"
+    judge_lab10.check_kernels_ran(res, what)
     check_output(res, TWO_LEVELS, "float32", what)
     check_grads(res, TWO_LEVELS, "float32", what)
 
