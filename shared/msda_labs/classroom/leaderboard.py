@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import html
+import math
 import random
 import statistics
 from collections.abc import Iterable
@@ -162,7 +163,7 @@ def render_html(boards: list[Board], *, hide_names: bool = False,
            "protocol's own cost is subtracted. Times are per call, end to end (what a caller "
            "waits), the median of the rounds; &plusmn; is the spread (interquartile range) of "
            "the rounds. Reference lines: the median of the baselines' times over the class's "
-           "trials, timed the same way in the judge.</p>"]
+           "trials, timed the same way in the judge. Bars: the time on a log scale.</p>"]
     if not boards:
         out.append("<p>No speed trial was timed on the judge's clock in this regrade (the GPU "
                    "stage's speed tests write them).</p>")
@@ -174,13 +175,17 @@ def render_html(boards: list[Board], *, hide_names: bool = False,
         rows = [("entry", e.time_us, e) for e in board.ranked]
         rows += [("line", us, name) for name, (us, _n) in board.lines.items()]
         rows.sort(key=lambda r: (r[1], r[0] == "entry"))
-        top = max([r[1] for r in rows] or [1.0]) or 1.0
+        # Bars on a log scale: a class spans from the chip's microseconds to a sleeping
+        # submission's milliseconds.
+        low = min([r[1] for r in rows if r[1] > 0] or [1.0])
+        top = max([r[1] for r in rows] or [1.0])
+        span = math.log(top / low) if top > low else 1.0
         out.append("<table><thead><tr><th>rank</th><th>student</th><th>time per call (us)"
                    "</th><th>&plusmn;</th><th>speedup over the reference</th>"
                    "<th>vs the chip</th><th class='bar'></th></tr></thead><tbody>")
         rank = 0
         for kind, us, item in rows:
-            width = max(1.0, 100.0 * us / top)
+            width = 4.0 + 96.0 * (math.log(max(us, low) / low) / span if top > low else 1.0)
             bar = f"<td class='bar'><span style='width:{width:.1f}%'></span></td>"
             if kind == "line":
                 trials = board.lines[item][1]
@@ -202,7 +207,7 @@ def render_html(boards: list[Board], *, hide_names: bool = False,
             out.append("<p>Not ranked (no time was credited):</p><ul class='unranked'>")
             for entry in board.unranked:
                 out.append(f"<li>{html.escape(names[entry.student])}: "
-                           f"{html.escape(entry.why[:200])}</li>")
+                           f"{html.escape(entry.why[:400])}</li>")
             out.append("</ul>")
         out.append("</section>")
     out.append("</body></html>")
