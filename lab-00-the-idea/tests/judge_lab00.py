@@ -26,16 +26,7 @@ def stand_in_steps(steps: LayerSteps) -> LayerSteps:
     return replace(steps, sample=smooth_msda)
 
 
-def _same_output(stand_in: dict, own: dict) -> bool:
-    a, b = stand_in.get("out"), own.get("out")
-    try:
-        return a is not None and b is not None and a.shape == b.shape and bool((a == b).all())
-    except (AttributeError, RuntimeError, TypeError):
-        return False
-
-
 def expect_either(result, check_stand_in, check_own) -> None:
     """The stand-in run passes ``check_stand_in`` or your own run ``check_own``
     (:func:`msda_labs.grading.probes.expect_either`)."""
-    probes.expect_either(result, check_stand_in, check_own, note=STAND_IN_NOTE,
-                         same=_same_output)
+    probes.expect_either(result, check_stand_in, check_own, note=STAND_IN_NOTE)

@@ -135,17 +135,16 @@ def test_flat_msda_matches_reference(submission, case):
     inputs = make_inputs(case, torch.float64)
     value, shapes, starts, loc, attn = inputs
     found = submission.run(checked_call, inputs)
-    _check_banned(submission)
     _check_gathered(found)
     expect_close(found["out"], msda_reference(value, shapes, loc, attn), dtype=torch.float64,
                  expect_dtype=torch.float64, what="flat_msda", case=case.describe(),
                  variants=msda_variants(inputs))
+    _check_banned(submission)
 
 
 @pytest.mark.task("2.2", points=1)
 @pytest.mark.parametrize("case", (MULTI_LEVEL, OUT_OF_BOUNDS), ids=lambda c: c.id)
 def test_flat_msda_float32(submission, case):
-    _check_banned(submission)
     inputs = make_inputs(case, torch.float32)
     value, shapes, starts, loc, attn = inputs
     found = submission.run(checked_call, inputs)
@@ -154,6 +153,7 @@ def test_flat_msda_float32(submission, case):
     expect_close(found["out"], ref, dtype=torch.float32, expect_dtype=torch.float32,
                  what="flat_msda on float32 inputs", case=case.describe(),
                  variants=msda_variants(inputs))
+    _check_banned(submission)
 
 
 def _expect_right(found, case, rule):
@@ -171,7 +171,6 @@ def _expect_right(found, case, rule):
 
 @pytest.mark.task("2.2", points=2)
 def test_flat_msda_reads_only_flat_views(submission):
-    _check_banned(submission)
     found = submission.run(watched_call, make_inputs(OUT_OF_BOUNDS, torch.float64))
     if found["violations"]:
         raise AssertionError(
@@ -179,18 +178,19 @@ def test_flat_msda_reads_only_flat_views(submission):
             "through flat 1-D views (x.reshape(-1)), the way a kernel sees memory; it used "
             + "; ".join(found["violations"]))
     _expect_right(found, OUT_OF_BOUNDS, "the flat-views rule")
+    _check_banned(submission)
 
 
 @pytest.mark.task("2.2", points=1)
 @pytest.mark.rule("int64-offsets")
 def test_flat_msda_index_math_in_int64(submission):
-    _check_banned(submission)
     found = submission.run(watched_call, make_inputs(MULTI_LEVEL, torch.float64))
     if found["narrow"]:
         raise AssertionError(
             "rule: index math must be int64 (int32 offsets overflow at production sizes, see "
             "Task 2.3); in flat_msda " + "; ".join(found["narrow"]))
     _expect_right(found, MULTI_LEVEL, "the int64 rule")
+    _check_banned(submission)
 
 
 _GROWTH_BASE = Case("vec_base", B=1, Q=2, M=1, D=2, shapes=((3, 4), (2, 2)), K=2,
@@ -205,7 +205,6 @@ _GROWN = (("the batch size B", _GROWTH_BASE.with_(B=5)),
 def test_flat_msda_loops_only_over_levels_and_points(submission):
     # Same levels and points, every corner inside the image: a vectorized flat_msda runs the same
     # lines and torch calls whatever B, Q, M and D are.
-    _check_banned(submission)
     cases = [_GROWTH_BASE] + [case for _, case in _GROWN]
     counts, outs = submission.run(work_done, cases)
     (base_lines, base_calls), grown = counts[0], counts[1:]
@@ -219,6 +218,7 @@ def test_flat_msda_loops_only_over_levels_and_points(submission):
                 f"{axis}; compute on whole [B, Q, M] / [B, Q, M, D] tensors instead")
     for case, res in zip(cases, outs):
         _expect_right(res, case, "the loop rule")
+    _check_banned(submission)
 
 
 # -- Task 2.3 ----------------------------------------------------------------------------------

@@ -95,7 +95,7 @@ def test_expect_either_passes_on_either_run_and_reports_the_useful_failure():
     both = {"stand_in": {"out": 1}, "own": {"out": 2}}
     probes.expect_either(both, check(1), check(3), note="n")  # the stand-in run matches
     probes.expect_either(both, check(5), check(2), note="n")  # your own run matches
-    with pytest.raises(AssertionError, match="got 2, expected 4$"):
+    with pytest.raises(AssertionError, match="^got 2, expected 4$"):
         probes.expect_either(both, check(3), check(4), note="n")
     own_raised = {"stand_in": {"out": 1}, "own": {"error": "ValueError: boom"}}
     with pytest.raises(AssertionError, match=r"expected 3 \(n; with your own parts it raised "
