@@ -81,6 +81,9 @@ def test_status_and_next_task_from_a_grade():
     assert progress._from_grade(_grade(("4.1", 0, 5, "not_attempted"))) == \
         (0, 5, "not started", "Task 4.1 `f4.1` (0/5)")
     assert progress._from_grade(_grade(("4.1", 0, 5, "failed")))[2] == "in progress"
+    # the GPU points the handout counts for a task, next to its CPU points (one total)
+    with_gpu = {**_grade(("5.7", 0, 3, "failed")), "gpu_points": {"5.7": 2}}
+    assert progress._from_grade(with_gpu)[3] == "Task 5.7 `f5.7` (0/3, +2 on the GPU)"
 
 
 def _scratch_checkout(tmp_path, lab_id):
