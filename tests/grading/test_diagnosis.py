@@ -97,3 +97,17 @@ def test_annotations_cause_first_on_the_line_that_raised():
     assert ",line=150," in out[1] and ",line=150," in out[4]  # the typo's line, not the def
     assert out[3].endswith("follows from Task 5.1's missing -0.5: fix that first")
     assert HALF in out[0] and not any(HALF in line for line in out[1:])
+
+
+def test_cpu_report_names_the_gpu_points_and_how_to_earn_them():
+    result = _result()
+    result.gpu_points = {"5.7": 2, "5.8": 14}
+    text = render_terminal(result)
+    assert "Task 5.7   int64 offsets" in text and "(+2 on the GPU)" in text
+    assert "the GPU stage holds 16 more points (Task 5.7: 2, Task 5.8: 14), not graded here: " \
+           "earn them with `nox -s lab05-gpu`" in text
+    again = GradeResult.from_dict(result.to_dict())
+    assert again.gpu_points == {"5.7": 2, "5.8": 14}
+    gpu = GradeResult("lab05", stages=["gpu"])
+    assert again.merge(gpu).gpu_points == {}  # the GPU stage graded: nothing left to earn
+    assert "GPU stage" not in render_markdown(again)
