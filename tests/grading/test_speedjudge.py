@@ -55,8 +55,8 @@ def lab05():
 
 
 def _grade(lab05, ex: Executor, path: Path, test: str = "test_forward_speed_against_the_reference"):
-    """A lab's speed test (lab 05's by default) on ``path`` (MULTI_LEVEL in float32, 2 rounds of
-    2 calls) through ``ex``'s worker: (the AssertionError it raised or None, the judge's timing,
+    """A lab's speed test (lab 05's by default) on ``path`` (MULTI_LEVEL in float32, 3 rounds of
+    4 calls and a warm-up round) through ``ex``'s worker: (the AssertionError it raised or None, the judge's timing,
     the notes)."""
     saved = {name: getattr(lab05, name) for name in
              ("SPEED_CASE", "SPEED_DTYPE", "SPEED_LIMIT", "check_reference_speed",
@@ -173,27 +173,27 @@ def test_lab06_variants_alternate_in_one_child_on_the_judges_clock(verdicts):
     res = verdicts["lab06"]
     assert res["best_config"] is None and res["method"] == "judge-clock"
     assert set(res["times_us"]) == {"autotuned", "fixed"} and res["e2e_us"] is res["times_us"]
-    assert res["verified"] == 2 * 3 * 2  # two variants, three rounds (one warm-up), two calls
+    assert res["verified"] == 2 * 4 * 4  # two variants, four rounds (one warm-up), four calls
 
 
 def test_lab08_backward_is_timed_and_checked_on_the_judges_clock(verdicts):
     error, measured, notes, _records = verdicts["lab08"]
     assert error is None, error
     assert set(measured["times_us"]) == {"yours", "reference", "reference_forward"}
-    assert measured["verified"] == 3 * 2  # two calls of each of the three rounds, picked
+    assert measured["verified"] == 4 * 2  # two calls of each of the four rounds, picked
     assert "the judge's clock" in notes[0]
 
 
 def test_lab10_step_is_timed_and_checked_on_the_judges_clock(verdicts):
     measured = verdicts["lab10"]
     assert set(measured["times_us"]) == {"yours", "reference"}
-    assert measured["method"] == "judge-clock" and measured["verified"] == 3 * 2
+    assert measured["method"] == "judge-clock" and measured["verified"] == 4 * 2
 
 
 def test_the_honest_submission_passes_with_every_output_checked(verdicts):
     error, measured, notes, records = verdicts["honest"]
     assert error is None, error
-    assert measured["verified"] == 3 * 2 and measured["times_us"]["yours"] < SLOW_US / 2
+    assert measured["verified"] == 4 * 4 and measured["times_us"]["yours"] < SLOW_US / 2
     (line,) = notes
     assert "the judge's clock" in line and "every output checked" in line
     assert set(measured["times_us"]) == {"yours", "reference"}
@@ -247,7 +247,7 @@ def test_patched_clocks_do_not_reach_the_judges(verdicts):
     still sees the 20 ms sleep of every call, on outputs that are all right."""
     error, measured, _notes, _records = verdicts["patched_timers"]
     assert error is None and measured["method"] == "judge-clock"
-    assert measured["verified"] == 3 * 2 and measured["times_us"]["yours"] > SLOW_US / 2
+    assert measured["verified"] == 4 * 4 and measured["times_us"]["yours"] > SLOW_US / 2
 
 
 # -- the protocol's own checks, without a child --------------------------------------------------

@@ -203,6 +203,7 @@ class _Checker:
     close: Callable[[Any, Any, str], None]
     verify: int | None
     checked: int = 0
+    kept: int = 0  # rounds whose picked outputs the child keeps
     rng: secrets.SystemRandom = field(default_factory=secrets.SystemRandom)
 
     def reply(self, raw: bytes) -> dict:
@@ -219,9 +220,9 @@ class _Checker:
             raise SpeedTrialFailed(f"the timed reply holds {held} checksums, not {n}")
         return reply
 
-    def check(self, conn: Connection, reply: dict, seed: int, timeout: float, who: str,
-              round_no: int) -> None:
-        """Pick iterations at random, fetch their outputs, check them and their checksums."""
+    def pick(self, conn: Connection, reply: dict, round_no) -> list[int]:
+        """After a round's reply: check the shapes and dtypes it reports, pick the calls to
+        check at random, and tell the child to keep their outputs (it lets the others go)."""
         spec, n = self.spec, self.spec["n"]
         want = [[list(s), d] for s, d in zip(spec["out_shapes"], spec["out_dtypes"])]
         for i, meta in enumerate(reply["meta"]):
@@ -230,7 +231,19 @@ class _Checker:
                                        f"{_describe(meta)}, expected {_describe(want)}")
         picked = list(range(n)) if self.verify is None or self.verify >= n else \
             sorted(self.rng.sample(range(n), self.verify))
-        conn.send_bytes(json.dumps({"do": "show", "iters": picked}).encode())
+        conn.send_bytes(json.dumps({"do": "keep", "iters": picked}).encode())
+        self.kept += 1
+        return picked
+
+    def check(self, conn: Connection, reply: dict, seed: int, timeout: float, who: str,
+              round_no, picked: list[int] | None = None, index: int | None = None) -> None:
+        """Fetch the kept outputs of a round (``index``: the order it was kept in; picked now
+        when ``picked`` is None) and check them and their checksums."""
+        spec = self.spec
+        if picked is None:
+            picked = self.pick(conn, reply, round_no)
+            index = self.kept - 1
+        conn.send_bytes(json.dumps({"do": "show", "index": index}).encode())
         raw = _recv(conn, timeout, who)
         try:
             shown = torch.load(io.BytesIO(raw), weights_only=True)
@@ -444,14 +457,20 @@ def _student_rounds(submission, spec, checker: _Checker, rounds: int, timeout: f
     samples: dict[str, list[float]] = {name: [] for name in names}
     failure: BaseException | None = None
     try:
+        # The timed rounds run back to back, as the baselines' do: each round's calls to check
+        # are picked right after its reply, and checked once the last round is done.
+        kept = []
         for round_no in range(rounds + 1):  # round 0: warm-up (compilation), checked, not timed
             for name in names:  # the variants alternate round by round: drift hits all alike
                 seconds, seed, raw = _timed_round(talk.conn, name, timeout, "your code")
                 reply = checker.reply(raw)
                 label = round_no if len(names) == 1 else f"{round_no} ({name})"
-                checker.check(talk.conn, reply, seed, timeout, "your code", label)
+                picked = checker.pick(talk.conn, reply, label)
+                kept.append((reply, seed, label, picked, checker.kept - 1))
                 if round_no:
                     samples[name].append(seconds)
+        for reply, seed, label, picked, index in kept:
+            checker.check(talk.conn, reply, seed, timeout, "your code", label, picked, index)
         talk.conn.send_bytes(b'{"do": "end"}')
     except (EOFError, OSError, TimeoutError) as exc:
         failure = exc  # the child ended or stalled: its own outcome says why
@@ -510,16 +529,16 @@ def judge_msda_speed(submission, case, dtype_name: str, *, fn: str, truth, close
                      verify: int | None = None,
                      variants: Mapping[str, Mapping] | None = None,
                      primary: str | None = None) -> dict:
-    """:func:`judge_speed` on an MSDA case: ``n`` calls a round (16 on a GPU, 2 without), as
-    many rounds (9 on a GPU, 2 without), ``verify`` calls checked a round (None: all), the floor
+    """:func:`judge_speed` on an MSDA case: ``n`` calls a round (16 on a GPU, 4 without), as
+    many rounds (9 on a GPU, 3 without), ``verify`` calls checked a round (None: all), the floor
     from the forward's bytes (a forward only)."""
     gpu = torch.cuda.is_available()
     if call == "forward" and "peer" not in baselines:
         peer = _peer()
         if peer is not None:
             baselines = {**baselines, "peer": peer}
-    n = n or (16 if gpu else 2)
-    rounds = rounds or (9 if gpu else 2)
+    n = n or (16 if gpu else 4)
+    rounds = rounds or (9 if gpu else 3)
     op = "forward" if call == "forward" else "backward"
     spec = forward_spec(case, dtype_name, fn=fn, n=n, op=op, call=call, kwargs=kwargs,
                         variants=variants)

@@ -106,11 +106,15 @@ def loop(calls: Mapping[str, Callable], spec: Mapping, channel, device=None) -> 
     """Answer the judge's requests until it says "end"; returns the number of timed rounds.
 
     Requests: ``{"do": "time", "which": name, "seed": int}`` runs one round of ``calls[name]``
-    and replies ``{"sums": [...], "meta": [...]}``; ``{"do": "show", "iters": [...]}`` replies
-    with the outputs of those iterations of the last round (``torch.save`` bytes);
-    ``{"do": "end"}`` ends."""
+    and replies ``{"sums": [...], "meta": [...]}``; ``{"do": "keep", "iters": [...]}`` (no
+    reply) keeps the outputs of those calls of the last round, in the order kept, and lets the
+    others go; ``{"do": "show", "index": k}`` replies with the k-th outputs kept
+    (``torch.save`` bytes); ``{"do": "end"}`` ends. The judge picks what to keep after the
+    round's reply and asks to see it after the last round, so that the timed rounds run back
+    to back, as the baselines' do."""
     device = device or _device()
-    kept: list = []
+    pending: list = []
+    stash: list[list] = []
     rounds = 0
     while True:
         try:
@@ -121,11 +125,18 @@ def loop(calls: Mapping[str, Callable], spec: Mapping, channel, device=None) -> 
         if what == "end":
             return rounds
         if what == "time":
-            sums, kept, metas = _timed(calls[request["which"]], spec, request["seed"], device)
+            pending = []  # the last round's outputs go before this round allocates its own
+            sums, pending, metas = _timed(calls[request["which"]], spec, request["seed"],
+                                          device)
             rounds += 1
             channel.send_bytes(json.dumps({"sums": sums, "meta": metas}).encode())
+        elif what == "keep":
+            stash.append([pending[i] for i in request["iters"]])
+            pending = []
         elif what == "show":
-            picked = [kept[i].cpu() for i in request["iters"]]
+            index = int(request["index"])
+            picked = [t.cpu() for t in stash[index]]
+            stash[index] = []
             buf = io.BytesIO()
             torch.save(picked, buf)
             channel.send_bytes(buf.getvalue())
