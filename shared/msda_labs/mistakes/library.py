@@ -113,6 +113,7 @@ class Degenerate:
     expr: str | None = None
     alias: str | None = None
     tests: tuple = ()  # where other functions share the tasks: the tests that call this one
+    byhand: bool = True  # python labNN.py's example must call it wrong (its values are wrong)
 
     @property
     def id(self) -> str:
@@ -151,5 +152,6 @@ def degenerate(lab_id: str, folder: Path) -> list[Degenerate]:
             found.append(Degenerate(lab_id, entry["function"], answer, tasks, tests=tests))
         for name, how in (entry.get("answers") or {}).items():
             found.append(Degenerate(lab_id, entry["function"], str(name), tasks,
-                                    expr=how.get("expr"), alias=how.get("alias"), tests=tests))
+                                    expr=how.get("expr"), alias=how.get("alias"), tests=tests,
+                                    byhand=how.get("byhand", True) is not False))
     return found
