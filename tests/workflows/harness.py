@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +56,24 @@ class ActRun:
     seconds: float
     jobs: dict[str, str] = field(default_factory=dict)
     commands: list[Command] = field(default_factory=list)
+    stamps: list[tuple[float, str]] = field(default_factory=list)
+
+    def job_seconds(self, job: str, cleanup: bool = False) -> float:
+        """The job's own time: from act's first line of the job (setting it up) to the start of
+        its "Complete job" step, without act's start or the harness's set-up. ``cleanup``: to
+        the job's last line instead, with act deleting the job's folder (on a host runner, the
+        restored environment's thousands of files), which a hosted runner never does: its
+        machine is thrown away after the job."""
+        times, end = [], None
+        for t, line in self.stamps:
+            match = _PREFIX.match(line.rstrip("\n"))
+            if match and match.group("job") == job:
+                times.append(t)
+                if end is None and match.group("rest").startswith("\u2b50 Run Complete job"):
+                    end = t
+        if not times:
+            return 0.0
+        return (times[-1] if cleanup or end is None else end) - times[0]
 
     def job_lines(self, job: str) -> list[str]:
         out = []
@@ -193,24 +212,34 @@ def run_act(setup: ActSetup, repo: Path, work: Path, *, event: str = "push",
     run_env["XDG_CACHE_HOME"] = str(cache)
     run_env["RUNNER_TOOL_CACHE"] = str(toolcache)
     started = time.monotonic()
+    stamps: list[tuple[float, str]] = []  # (seconds since act started, line) as act prints them
+    proc = subprocess.Popen(cmd, cwd=repo, env=run_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, errors="replace")
+
+    def pump():
+        for line in proc.stdout:
+            stamps.append((time.monotonic() - started, line))
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
     try:
-        proc = subprocess.run(cmd, cwd=repo, env=run_env, capture_output=True, text=True,
-                              timeout=timeout)
-        log, code = proc.stdout + proc.stderr, proc.returncode
-    except subprocess.TimeoutExpired as exc:
-        log = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) \
-            else (exc.stdout or "")
-        log, code = log + f"\n[harness] act ran past {timeout} s\n", -9
+        code = proc.wait(timeout=timeout)
+        late = ""
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code, late = -9, f"\n[harness] act ran past {timeout} s\n"
     finally:
+        reader.join(30)
         seconds = time.monotonic() - started  # act's own wall time, not the clean-up below
         shutil.rmtree(scratch, ignore_errors=True)
+    log = "".join(line for _, line in stamps) + late
     (work / "act.log").write_text(log)
     summaries = []
     if summary_log.is_file():
         summaries = [s.strip() for s in summary_log.read_text().split(
             "<!-- end of a step's summary -->") if s.strip()]
     run = ActRun(returncode=code, log=log, summaries=summaries, artifacts=artifacts,
-                 seconds=seconds)
+                 seconds=seconds, stamps=stamps)
     for line in log.splitlines():
         match = _PREFIX.match(line)
         if not match:
