@@ -105,3 +105,26 @@ def test_mutant_loses_points(mutant, tmp_path: Path):
     wrong = wrong_explanations(mutant, result)
     assert not wrong, (f"mutant {mutant.id} ({mutant.why}): the feedback names mistakes it does "
                        f"not make: {wrong}")
+
+
+def test_the_explanation_check_can_fail():
+    """A report that names another mistake than the planted one is caught; the planted one, a
+    declared other name, and an error's traceback line are not."""
+    from msda_labs.grading.results import ExerciseResult, TestResult
+    from msda_labs.mistakes.forward import MISTAKES
+
+    planted = {m.id: m for m in mutants("lab05")}
+
+    def graded(message, status="failed"):
+        result = GradeResult("lab05", exercises=[ExerciseResult("5.1", "load_point", [
+            TestResult("test_x", status, 0, 1, message)])])
+        return result.to_dict()
+
+    half = graded(f"1 of 3 elements differ; this is exactly the output of "
+                  f"{MISTAKES['no_half_pixel']}")
+    assert wrong_explanations(planted["swap_xy"], half) and \
+        not wrong_explanations(planted["missing_half"], half)
+    tail = graded("wrote 3 elements past the end; this is an unmasked tail: mask the store")
+    assert not wrong_explanations(planted["store_ignores_query_mask"], tail)  # its names
+    assert not wrong_explanations(planted["swap_xy"], graded(
+        "NameError: name 'yy' is not defined (line 150 of lab05.py)", "error"))
