@@ -221,7 +221,7 @@ def race_verdict(submission, res, case, chunks) -> None:
     folder = _artifacts_dir()
     plot = plot_bandwidth(rows, folder / "lab06-race.png",
                           xlabel="CHUNK_D (channels per program instance)",
-                          title=f"MSDA forward, decoder preset, fp16, {res['device']}")
+                          title=f"MSDA forward, {case.id} size, fp16, {res['device']}")
     (folder / "lab06-race.json").write_text(json.dumps({
         "device": res["device"], "method": res["method"], "bytes": nbytes,
         "ratio_narrow_over_wide": ratio,
