@@ -2,10 +2,11 @@
 
 The GPU stages of labs 05, 08 and 10 grade speed against the grid_sample reference (every copy of
 the kit carries it) and only report the ratio against the lab's own chip (an exported lab does
-not carry it). Here: the judge's arithmetic and messages on made-up timings, each lab's speed test
-fed fake probe results, and each lab's probe run on the CPU (wall-clock plumbing) with a torch
-stand-in for the student's operator, plain and made slow the way the H200 harness does it. The
-judge's helper itself (check_reference_speed) is proved in tests/grading/test_timing.py.
+not carry it), on the judge's clock. Here: that each is a GPU test worth its points, and lab
+10's checks of the timed step and its messages on made-up timings (its graded time stubbed). The
+judge's clock itself, with every lab's speed test run through real children on the CPU, is
+proved in tests/grading/test_speedjudge.py; the judge's helper (check_reference_speed) in
+tests/grading/test_timing.py.
 """
 
 import types
