@@ -68,16 +68,6 @@ def _assert_a_wrong_part_then_a_missing_part_fail(speed_test, timing, parts, wro
 
 # -- lab 05 --------------------------------------------------------------------------------------
 
-FORWARD_STANDIN = '''
-from msda_labs.truth.reference import msda_reference
-
-
-def msda_forward(value, spatial_shapes, level_start_index, sampling_locations,
-                 attention_weights, BLOCK_Q=32):
-    return msda_reference(value, spatial_shapes.cpu(), sampling_locations, attention_weights)
-'''
-
-
 def _module(source: str, name: str) -> types.ModuleType:
     module = types.ModuleType(name)
     exec(compile(source, f"<{name}>", "exec"), module.__dict__)
@@ -87,13 +77,6 @@ def _module(source: str, name: str) -> types.ModuleType:
 @pytest.fixture(scope="module")
 def lab05():
     return _load_lab_tests("lab-05-forward-correct", "test_lab05_forward.py")
-
-
-def _small_case(module, monkeypatch, cached_reference="_case_reference"):
-    """The speed test on a small case (its reference is cheap on the CPU); the module's cached
-    reference function ``cached_reference`` forgets what it computed for the large case."""
-    monkeypatch.setattr(module, "SPEED_CASE", MULTI_LEVEL)
-    getattr(module, cached_reference).cache_clear()
 
 
 def test_lab05_speed_test_is_a_gpu_test_worth_points(lab05):
@@ -106,19 +89,6 @@ def test_lab05_speed_test_is_a_gpu_test_worth_points(lab05):
 
 
 # -- lab 08 --------------------------------------------------------------------------------------
-
-BACKWARD_STANDIN = '''
-import torch
-from msda_labs.truth.reference import msda_reference
-
-
-def msda_backward(value, spatial_shapes, level_start_index, sampling_locations,
-                  attention_weights, grad_out, fp32_grad_accum=False, BLOCK_Q=16, num_warps=4):
-    leaves = [t.detach().requires_grad_() for t in (value, sampling_locations, attention_weights)]
-    out = msda_reference(leaves[0], spatial_shapes.cpu(), leaves[1], leaves[2])
-    return torch.autograd.grad(out, leaves, grad_out.reshape(out.shape))
-'''
-
 
 @pytest.fixture(scope="module")
 def lab08():
