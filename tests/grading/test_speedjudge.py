@@ -4,7 +4,7 @@ Lab 05's speed test (Task 5.8) runs here on the CPU, on a small case, against re
 forked by the grading worker: an honest torch stand-in, and every file of tests/attacks/speed/
 (patched timers, outputs cached by pointer or content, repeated calls skipped, work left on a
 side stream or thread, precomputed views, a reduced-precision shortcut, checked calls told apart
-from timed ones). Each attack must lose the speed points: its timed outputs are wrong, or the
+from timed ones, the trial's own child half rewritten). Each attack must lose the speed points: its timed outputs are wrong, or the
 judge's clock sees its slow work. The honest stand-in's outputs all pass and its time is its own.
 On the H200 the same files run against the real chips (docs/gpu.md, "How speed is graded").
 """
@@ -218,6 +218,7 @@ EXPECTED = {
     "precomputed_views": "slow",
     "timed_pattern": "differ",
     "low_precision": "differ",
+    "forged_protocol": "differ",
 }
 
 
