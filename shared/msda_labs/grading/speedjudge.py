@@ -16,11 +16,11 @@ same drawing, checksums and socket round trip) in a clean server: a thread of th
 never loaded the student's module, run only while no child of the student exists (before the
 student's rounds and after its child ended). The no-op's round there is the baselines'
 overhead. The student's overhead is the no-op's round in a clean child: a child forked from the
-same worker as the student's, after the student's child ended, importing a file of the kit
-instead of the student's (a child process pays more for the protocol than a thread of the judge:
-about 40 us a call on the H200). Neither no-op runs student code, so a submission can move
-neither the overheads nor the baselines. A time per call is ``(median round - median no-op
-round) / n``.
+same worker as the student's, before the student's child starts and after it ended (the smaller
+median counts), importing a file of the kit instead of the student's. Neither no-op runs student
+code, so a submission can move neither the overheads nor the baselines. The student's rounds run
+back to back, as the baselines' do; the outputs they keep are checked after the last one. A
+time per call is ``(median round - median no-op round) / n``.
 
 A time below the floor that the bytes the operator must move allow at the device's bandwidth
 (measured here, on the judge's side) is flagged for review and not credited.
@@ -391,15 +391,19 @@ def _judge_speed(submission, spec: Mapping, *, truth: Callable[[tuple], Any],
     try:
         _clean_rounds(server, names, 1, {}, timeout)  # warm: compilation, allocations
         _clean_rounds(server, names, (rounds + 1) // 2, times, timeout)
+        before = _clean_child_rounds(submission, spec, rounds, timeout)
         times.update(_student_rounds(submission, spec, checker, rounds, timeout))
-        child_noop = _clean_child_rounds(submission, spec, rounds, timeout)
+        after = _clean_child_rounds(submission, spec, rounds, timeout)
         _clean_rounds(server, names, rounds // 2 + 1, times, timeout)
     finally:
         server.close()
     noop = statistics.median(times["noop"])
     # The student's rounds less a clean child's no-op (the same kind of process, forked from the
     # same worker, running no student code); the baselines' less the server's no-op.
-    child = statistics.median(child_noop) if child_noop else noop
+    # Before and after the student's child: work it left behind (a long kernel still running
+    # when it ended) could only make the later no-op slower, so the smaller median counts.
+    child = min(statistics.median(before), statistics.median(after)) if before and after \
+        else noop
     yours = set(speedtrial.variants(spec))
     per_call = {name: _per_call_us(times[name], child if name in yours else noop, n)
                 for name in times if name != "noop"}
@@ -415,7 +419,7 @@ def _judge_speed(submission, spec: Mapping, *, truth: Callable[[tuple], Any],
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         "flushed_l2": False,
         "overhead_us": child / n * 1e6, "overhead_round_us": child * 1e6,
-        "server_overhead_us": noop / n * 1e6, "clean_child": bool(child_noop),
+        "server_overhead_us": noop / n * 1e6, "clean_child": bool(before and after),
         "spread_us": {name: _spread_us(v, n) for name, v in times.items()},
         "verified": checker.checked, "floor_us": floor_us, "bandwidth_gbs": bandwidth,
     }
@@ -429,9 +433,9 @@ def _judge_speed(submission, spec: Mapping, *, truth: Callable[[tuple], Any],
 
 
 def _clean_child_rounds(submission, spec, rounds: int, timeout: float) -> list[float]:
-    """The no-op's rounds in a clean child: forked from the student's worker after the
-    student's child ended, importing a file of the kit instead of the student's (empty where
-    the submission object cannot start one: the kit's own tests' stand-ins)."""
+    """The no-op's rounds in a clean child: forked from the student's worker while no child of
+    the student's runs, importing a file of the kit instead of the student's (empty where the
+    submission object cannot start one: the kit's own tests' stand-ins)."""
     converse = getattr(submission, "converse", None)
     if converse is None:
         return []
