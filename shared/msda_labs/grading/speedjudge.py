@@ -14,13 +14,14 @@ trial with no speed credit, whatever its time.
 The baselines (the PyTorch reference, the chip) and a no-op go through the same protocol (the
 same drawing, checksums and socket round trip) in a clean server: a thread of the judge that
 never loaded the student's module, run only while no child of the student exists (before the
-student's rounds and after its child ended). The no-op's round there is the baselines'
-overhead. The student's overhead is the no-op's round in a clean child: a child forked from the
-same worker as the student's, before the student's child starts and after it ended (the smaller
-median counts), importing a file of the kit instead of the student's. Neither no-op runs student
-code, so a submission can move neither the overheads nor the baselines. The student's rounds run
-back to back, as the baselines' do; the outputs they keep are checked after the last one. A
-time per call is ``(median round - median no-op round) / n``.
+student's rounds and after its child ended; each baseline counts at the faster of the two
+phases). The no-op's round there is the baselines' overhead. The student's overhead is the
+no-op's round in a clean child: a child forked from the same worker as the student's, before
+the student's child starts and after it ended (the smaller median counts), importing a file of
+the kit instead of the student's. Neither no-op runs student code, so a submission can move
+neither the overheads nor the baselines. The student's rounds run back to back, as the
+baselines' do; the outputs they keep are checked after the last one. A time per call is
+``(median round - median no-op round) / n``.
 
 A time below the floor that the bytes the operator must move allow at the device's bandwidth
 (measured here, on the judge's side) is flagged for review and not credited.
@@ -390,11 +391,15 @@ def _judge_speed(submission, spec: Mapping, *, truth: Callable[[tuple], Any],
     server = _CleanServer({"noop": speedtrial.noop_call(spec), **present}, spec)
     try:
         _clean_rounds(server, names, 1, {}, timeout)  # warm: compilation, allocations
-        _clean_rounds(server, names, (rounds + 1) // 2, times, timeout)
+        first: dict[str, list[float]] = {}
+        _clean_rounds(server, names, (rounds + 1) // 2, first, timeout)
         before = _clean_child_rounds(submission, spec, rounds, timeout)
         times.update(_student_rounds(submission, spec, checker, rounds, timeout))
         after = _clean_child_rounds(submission, spec, rounds, timeout)
-        _clean_rounds(server, names, rounds // 2 + 1, times, timeout)
+        second: dict[str, list[float]] = {}
+        _clean_rounds(server, names, rounds // 2 + 1, second, timeout)
+        for name in names:
+            times[name] = first[name] + second[name]
     finally:
         server.close()
     noop = statistics.median(times["noop"])
@@ -405,8 +410,12 @@ def _judge_speed(submission, spec: Mapping, *, truth: Callable[[tuple], Any],
     child = min(statistics.median(before), statistics.median(after)) if before and after \
         else noop
     yours = set(speedtrial.variants(spec))
-    per_call = {name: _per_call_us(times[name], child if name in yours else noop, n)
-                for name in times if name != "noop"}
+    per_call = {name: _per_call_us(times[name], child, n) for name in yours}
+    # A baseline counts at the faster of its two phases (before the student's child, after it):
+    # work the student's child left running could only slow the second.
+    for name in present:
+        per_call[name] = min(_per_call_us(phase[name], statistics.median(phase["noop"]), n)
+                             for phase in (first, second))
     bandwidth = device_bandwidth_gbs()
     floor_us = None
     if floor_bytes is not None and bandwidth:
