@@ -5,8 +5,8 @@ ones, a constant, the input echoed, a constant from the sizes alone, each consta
 a kernel storing a constant where the chip's kernel stores, an earlier lab's answer, another
 function of the lab. Graded in rounds: one grading per round of a lab, each round planting at
 most one answer per test (a planted answer runs the chip's code for its shape, with every other
-planted answer passing through, so each answer is judged as if alone; lab 06, whose tasks share
-the kernel through the autotuner, plants one answer per grading). The by-hand examples of
+planted answer passing through, so each answer is judged as if alone; APART keeps apart the few
+functions whose tests reach each other outside a planted call). The by-hand examples of
 ``python labNN.py`` must call every answer wrong too, except those whose values are right,
 computed by an earlier lab's method (``byhand: no``), which only the grader's spies can tell.
 docs/degenerate.md has the audit.
@@ -27,9 +27,10 @@ from kit import MUTANTS, ROOT, all_tests, chip_path, lab_ids, run_grade, starter
 from msda_labs.authoring.handout import collect_rules, entry_tests, rules_map
 from msda_labs.student.selfcheck import steps
 
-# Labs whose tasks reach each other's functions outside a planted answer's own call: there, one
-# answer per grading (lab 06: the autotune task launches the chunked kernel through the tuner).
-ONE_PER_GRADING = {"lab06"}
+# Functions whose answers never share a grading: a test of one reaches the other outside a
+# planted answer's own call (lab 06: with the chip's msda_forward_autotuned, the kernel that
+# make_autotuned_forward returns launches the chunked kernel from the test itself).
+APART = {"lab06": {frozenset({"msda_forward_chunked_kernel", "make_autotuned_forward"})}}
 BYHAND = Path(__file__).with_name("degenerate_byhand.py")
 
 
@@ -49,8 +50,9 @@ def rounds(lab: str) -> list[list]:
     while pending:
         batch = []
         for answer in list(pending):
-            if any(_clash(answer, other) for other in batch) or \
-                    (batch and lab in ONE_PER_GRADING):
+            if any(_clash(answer, other) or
+                   frozenset({answer.function, other.function}) in APART.get(lab, ())
+                   for other in batch):
                 continue
             batch.append(answer)
             pending.remove(answer)
