@@ -83,7 +83,8 @@ def test_gradescope_setup_and_run_autograder_in_an_autograder_layout(act_setup, 
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     data = json.loads((root / "results" / "results.json").read_text())
     _validate(data, "gradescope-results")
-    assert data["tests"] and data["score"] == sum(t["max_score"] for t in data["tests"]) > 0
+    assert data["tests"] and data["score"] == sum(t["max_score"] for t in data["tests"]) > 0, \
+        data.get("output", "")[-3000:]
     # absent grading files were supplied, not reported as changed
     assert "changed grading files" not in data["output"]
     assert data["extra_data"]["integrity"]["tampered"] == []
