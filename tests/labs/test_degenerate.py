@@ -175,3 +175,18 @@ def test_the_audit_counts_what_is_tried():
     table = text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
     assert table == count_table(), ("docs/degenerate.md's table of answers tried is stale: "
                                     "python tests/labs/degenerate_run.py --table prints it")
+
+
+@pytest.mark.parametrize(("lab", "function", "task"), [("lab01", "bilinear_sample", "1.1"),
+                                                       ("lab08", "predict_racy_histogram", "8.1")])
+def test_a_planted_answer_that_keeps_the_chips_result_scores_full(lab, function, task, tmp_path):
+    # The control: the planting itself (the appended block, its imports, the wrapper) costs
+    # nothing, so a 0 above is the answer's, not the harness's.
+    from msda_labs.mistakes.library import Degenerate
+
+    keep = Degenerate(lab, function, "named", (task,), expr="real")
+    path = tmp_path / f"{lab}.py"
+    path.write_text(keep.apply(chip_path(lab).read_text()))
+    result = run_grade(lab, submission=path, tasks=(task,))
+    assert result["score"] == result["max_score"] > 0, [
+        (t["name"], t["message"][:200]) for _, t in all_tests(result) if t["score"] < t["max_score"]]

@@ -19,6 +19,7 @@ inside itself and uses only torch, numpy, triton and the standard library.
 from __future__ import annotations
 
 import inspect
+import re
 
 __all__ = ["GENERIC", "appended", "planted", "plant_degenerate"]
 
@@ -227,12 +228,78 @@ def appended(target: str, answer: str, expr: str | None = None, alias: str | Non
 
 
 def planted(chip_source: str, target: str, answer: str, expr: str | None = None,
-            alias: str | None = None) -> str:
+            alias: str | None = None, lab: str = "") -> str:
     """``chip_source`` with ``target`` made to answer ``answer``: :func:`appended` at its end, or
     just before its ``if __name__ == "__main__":`` block (so ``python labNN.py`` runs it too)."""
     block = appended(target, answer, expr, alias)
+    if lab in PLAIN_LABS and alias is None and "." not in target and \
+            answer not in ("accept", "reject"):
+        block = f"\n\n{_MARK.format(what=f'{target}: {answer}')}\n" + \
+            plain_block(chip_source, target, answer, expr)
     main = '\nif __name__ == "__main__":'
     if main in chip_source:
         head, tail = chip_source.split(main, 1)
         return head.rstrip("\n") + "\n" + block + "\n" + main + tail
     return chip_source.rstrip("\n") + "\n" + block
+
+
+# Labs whose rules read the whole module for reflection (getattr, globals, eval, inspect, double
+# underscores: msda_labs.grading.rules.indirect_uses): there the block above would cost every
+# test by itself, so a plain function's answer is written out as plain code instead.
+PLAIN_LABS = frozenset({"lab01", "lab02"})
+
+_PLAIN_HELPERS = '''
+def _degenerate_like(real, fill):
+    if isinstance(real, torch.Tensor):
+        return torch.full_like(real, fill)
+    if isinstance(real, bool):
+        return fill == 1
+    if isinstance(real, (int, float)):
+        return type(real)(fill)
+    raise TypeError("no constant answer of this type")
+
+
+def _degenerate_echo(real, given):
+    src = next((v for v in given if isinstance(v, torch.Tensor)), None)
+    if src is None or src.numel() == 0:
+        return torch.zeros_like(real)
+    flat = src.detach().reshape(-1).to(device=real.device, dtype=real.dtype)
+    reps = -(-real.numel() // flat.numel())
+    return flat.repeat(reps)[: real.numel()].reshape(real.shape)
+
+
+def _degenerate_earlier(lab, name):
+    from msda_labs.student.earlier import load
+
+    return load(lab, name).obj
+'''
+
+
+def plain_block(chip_source: str, target: str, answer: str, expr: str | None = None) -> str:
+    """The answer ``answer`` (or ``expr``) of the module-level function ``target``, written out
+    as a plain function of the same parameters that calls the chip's (kept under another name):
+    no reflection, so a lab that reads its source for it grades the answer itself."""
+    import ast
+
+    tree = ast.parse(chip_source)
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == target)
+    params = ast.unparse(node.args)
+    names = [a.arg for a in (*node.args.posonlyargs, *node.args.args)]
+    call = ", ".join(names + [f"{a.arg}={a.arg}" for a in node.args.kwonlyargs])
+    every = names + [a.arg for a in node.args.kwonlyargs]
+    chip = f"_degenerate_chip_{target}"
+    if expr is not None:
+        value = expr.replace("earlier(", "_degenerate_earlier(")
+        needs_real = re.search(r"\breal\b", expr) is not None
+    elif answer == "echo":
+        value = "_degenerate_echo(real, given)"
+        needs_real = True
+    else:
+        value = f"_degenerate_like(real, {dict(zeros=0, ones=1, const=3)[answer]})"
+        needs_real = True
+    lines = [f"{chip} = {target}", "", "", f"def {target}({params}):",
+             f"    given = [a.detach().clone() if isinstance(a, torch.Tensor) else a "
+             f"for a in ({', '.join(every)},)]",
+             f"    real = {chip}({call})" if needs_real else "    real = None",
+             f"    return {value}"]
+    return _PLAIN_HELPERS + "\n\n" + "\n".join(lines) + "\n"

@@ -131,7 +131,7 @@ class Degenerate:
             raise MutantError(f"degenerate {self.lab}/{self.id}: the source defines no "
                               f"{owner} (or {self.alias}) at its top level")
         generic = self.answer if self.expr is None and self.alias is None else "named"
-        return planted(source, self.function, generic, self.expr, self.alias)
+        return planted(source, self.function, generic, self.expr, self.alias, lab=self.lab)
 
 
 def degenerate(lab_id: str, folder: Path) -> list[Degenerate]:
