@@ -177,16 +177,22 @@ def test_the_audit_counts_what_is_tried():
                                     "python tests/labs/degenerate_run.py --table prints it")
 
 
-@pytest.mark.parametrize(("lab", "function", "task"), [("lab01", "bilinear_sample", "1.1"),
-                                                       ("lab08", "predict_racy_histogram", "8.1")])
-def test_a_planted_answer_that_keeps_the_chips_result_scores_full(lab, function, task, tmp_path):
-    # The control: the planting itself (the appended block, its imports, the wrapper) costs
-    # nothing, so a 0 above is the answer's, not the harness's.
+@pytest.mark.parametrize(("lab", "function", "answer", "tasks"), [
+    ("lab01", "bilinear_sample", "real", ("1.1",)),
+    ("lab08", "predict_racy_histogram", "real", ("8.1",)),
+    ("lab04", "add_kernel", "zeros", ("4.1", "4.2", "4.3")),  # a kernel no test launches
+])
+def test_a_planted_answer_that_keeps_the_chips_result_scores_full(lab, function, answer, tasks,
+                                                                 tmp_path):
+    # The control: the planting itself (the appended block, its imports, the wrapper, the
+    # interpreter's patched stores) costs nothing, so a 0 above is the answer's, not the
+    # harness's.
     from msda_labs.mistakes.library import Degenerate
 
-    keep = Degenerate(lab, function, "named", (task,), expr="real")
+    keep = Degenerate(lab, function, "named" if answer == "real" else answer, tasks,
+                      expr="real" if answer == "real" else None)
     path = tmp_path / f"{lab}.py"
     path.write_text(keep.apply(chip_path(lab).read_text()))
-    result = run_grade(lab, submission=path, tasks=(task,))
+    result = run_grade(lab, submission=path, tasks=tasks)
     assert result["score"] == result["max_score"] > 0, [
         (t["name"], t["message"][:200]) for _, t in all_tests(result) if t["score"] < t["max_score"]]
