@@ -172,7 +172,9 @@ def test_fresh_virtualenv_nox_session(exports, tmp_path):
 
     try:
         _check_zero(nox(), f"{lab_id} starter from a fresh virtualenv")
-        venv_python = next((root / ".nox").glob("*/bin/python"))
+        # the lab sessions share one environment, .venv at the root (msda_labs.labenv)
+        venv_python = next(p for p in [root / ".venv" / "bin" / "python",
+                                       *(root / ".nox").glob("*/bin/python")] if p.exists())
         probe = subprocess.run([str(venv_python), "-c", "import msda_labs, torch; "
                                 "print(msda_labs.__file__)"], capture_output=True, text=True,
                                env=env, check=True)
@@ -180,7 +182,8 @@ def test_fresh_virtualenv_nox_session(exports, tmp_path):
         shutil.copy2(chip_path(lab_id), root / f"{lab_id}.py")
         _check_full(nox("-R"), f"{lab_id} chip from a fresh virtualenv")
     finally:
-        shutil.rmtree(root / ".nox", ignore_errors=True)  # about 2 GB of torch and triton
+        for env_dir in (".nox", ".venv"):  # about 2 GB of torch and triton each
+            shutil.rmtree(root / env_dir, ignore_errors=True)
 
 
 # ----------------------------------------------------------------------- tampering, regrade

@@ -43,6 +43,7 @@ def test_template_no_longer_claims_native_windows():
     assert "Linux or Windows" not in text
     assert "@@PLATFORM@@" in text
     filled = workflows.fill(text, LAB="lab05", COURSE_TITLE="t",
-                            PLATFORM=platform_note(MANIFEST.lab("lab05")))
+                            PLATFORM=platform_note(MANIFEST.lab("lab05")),
+                            WHEN_GRADED=workflows.when_graded(MANIFEST, MANIFEST.lab("lab05")))
     assert not re.search(r"@@[A-Z_]+@@", filled)
     assert "| Linux on x86-64 (Python 3.11+) |" in filled
