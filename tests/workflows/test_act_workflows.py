@@ -32,6 +32,9 @@ from selection import selected_labs
 from msda_labs.classroom import workflows
 from msda_labs.classroom.export import export_lab
 from msda_labs.grading.annotations import ANNOTATIONS_PER_STEP, definitions
+from msda_labs.grading.diagnosis import diagnose
+from msda_labs.grading.render import start_here, test_lines
+from msda_labs.grading.results import GradeResult
 
 JOB = "run-autograding-tests"
 LABS = selected_labs()
@@ -130,16 +133,23 @@ def _summary(run, lab_id: str) -> str:
 
 
 def _check_table(summary: str, grade: dict) -> None:
+    """The summary holds a row per exercise with its points, and under it the terminal's own
+    feedback lines (cause first: a failure explained upstream points back to its cause)."""
+    result = GradeResult.from_dict(grade)
+    diagnosis = diagnose(result)
     assert "| Task | Exercise | Points | Status | What went wrong |" in summary
-    for ex in grade["exercises"]:
-        score = sum(t["score"] for t in ex["tests"])
-        maximum = sum(t["max_score"] for t in ex["tests"])
-        assert re.search(rf"^\| {re.escape(ex['id'])} \| .* \| {score}/{maximum} \|", summary,
-                         re.M), (ex["id"], summary)
-        for test in ex["tests"]:
-            if test["status"] not in ("passed", "not_attempted") and test.get("message"):
-                # the terminal's feedback line, named mistake included
-                assert test["message"].replace("|", "\\|").split("\n")[0][:60] in summary
+    for line in start_here(diagnosis):  # where to start reading, before the table
+        assert line.strip().replace("|", "\\|") in summary.split("| Task |")[0], line
+    for ex in result.exercises:
+        row = re.search(rf"^\| {re.escape(ex.id)} \| .* \| {ex.score}/{ex.max_score}\b.*$",
+                        summary, re.M)
+        assert row, (ex.id, summary)
+        lines = test_lines(ex, diagnosis)
+        for line in lines:
+            cell = "`" + line.replace("|", "\\|").replace("\n", " ") + "`"
+            assert cell in row.group(0), (line, row.group(0))
+        if ex.status not in ("passed", "not_attempted"):
+            assert lines, (ex.id, "an exercise that lost points says why")
 
 
 def _check_points(run, grade: dict) -> None:
