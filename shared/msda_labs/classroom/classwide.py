@@ -32,7 +32,7 @@ from msda_labs.classroom import deadline
 from msda_labs.classroom.dispatch import MAX_SUBMISSIONS
 from msda_labs.classroom.github import ClassRepo, list_class_repos
 
-__all__ = ["Resolved", "resolve_class", "split", "write_plan", "MATRIX_LIMIT"]
+__all__ = ["Resolved", "resolve_class", "split", "write_plan", "write_records", "MATRIX_LIMIT"]
 
 # A matrix generates at most 256 jobs per workflow run (GitHub's Actions limits): the regrade
 # workflow's own cap on one dispatch.
@@ -98,14 +98,25 @@ def write_plan(resolved: list[Resolved], lab: str, out: Path, *, size: int = MAT
                       f"-f gpu={'true' if gpu else 'false'} "
                       f"-f submissions=\"$(cat {shlex.quote(name)})\"")
     (out / "dispatch.sh").write_text("\n".join(script) + "\n")
+    counts = write_records(resolved, lab, out)
+    return {"dispatches": [len(c) for c in chunks], **counts}
+
+
+def write_records(resolved: list[Resolved], lab: str, out: Path) -> dict:
+    """``records.json`` (each planned student's commit of record, its server time and late
+    days) and ``unresolved.csv`` (each repository without one, and why) in ``out``; returns the
+    counts (``listed``, ``planned``, ``unresolved``)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    ready = [r for r in resolved if r.record is not None and r.record.found]
     records = [{"student": r.folder, "lab": lab, "repository": r.repo.full_name,
                 "record": r.record.to_dict()} for r in ready]
     (out / "records.json").write_text(json.dumps(records, indent=2) + "\n")
-    unresolved = [r for r in resolved if r not in ready]
+    planned = {id(r) for r in ready}
+    unresolved = [r for r in resolved if id(r) not in planned]
     with open(out / "unresolved.csv", "w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(["repository", "student", "why"])
         for r in unresolved:
             writer.writerow([r.repo.full_name, r.repo.student, r.error])
-    return {"dispatches": [len(c) for c in chunks], "planned": len(ready),
-            "unresolved": len(unresolved), "listed": len(resolved)}
+    return {"planned": len(ready), "unresolved": len(unresolved), "listed": len(resolved)}

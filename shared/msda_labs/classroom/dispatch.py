@@ -208,6 +208,44 @@ def _regrade_entry(path: Path) -> dict | None:
     return None
 
 
+def _report_index(reports: Path) -> dict[str, list[dict]]:
+    """Every entry of the ``regrade-*/regrade.json`` artifacts under ``reports``, by student
+    (the submission's folder): one file per submission (a job each) or per batch of them."""
+    index: dict[str, list[dict]] = {}
+    for path in sorted(Path(reports).glob("regrade-*/regrade.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        for item in data if isinstance(data, list) else []:
+            if isinstance(item, dict) and isinstance(item.get("student"), str):
+                index.setdefault(item["student"], []).append(item)
+    return index
+
+
+def _cpu_entry(reports: Path, folder: str, index: dict[str, list[dict]]) -> tuple[dict | None,
+                                                                                  str]:
+    """The CPU report of ``folder``: its own artifact's one entry, else its entry in a batch's
+    artifact; (None, why) when there is none or more than one."""
+    own = reports / f"regrade-{folder}" / "regrade.json"
+    if own.is_file():
+        entry = _regrade_entry(own)
+        return (entry, "") if entry is not None else (None, "its report is unreadable")
+    found = index.get(folder, [])
+    if len(found) > 1:
+        return None, f"{len(found)} reports name it"
+    return (found[0], "") if found else (None, "")
+
+
+def _gpu_report(reports: Path, folder: str) -> Path:
+    """``gpu-<folder>/gpu.json`` (a job each), else ``gpu-<batch>/<folder>/gpu.json``."""
+    own = reports / f"gpu-{folder}" / "gpu.json"
+    if own.is_file():
+        return own
+    batched = sorted(reports.glob(f"gpu-*/{folder}/gpu.json"))
+    return batched[0] if len(batched) == 1 else own
+
+
 def gradebook_rows(lab: str, entries: list[DispatchEntry], reports: Path, *, gpu: bool,
                    merged: Path | None = None) -> list:
     """One :class:`~msda_labs.classroom.regrade.GradebookRow` per submission, from the artifacts
@@ -216,13 +254,15 @@ def gradebook_rows(lab: str, entries: list[DispatchEntry], reports: Path, *, gpu
     from msda_labs.grading.results import GradeResult
 
     reports = Path(reports)
+    index = _report_index(reports)
     rows = []
     for sub in entries:
-        entry = _regrade_entry(reports / f"regrade-{sub.folder}" / "regrade.json")
+        entry, why = _cpu_entry(reports, sub.folder, index)
         if entry is None:
             rows.append(GradebookRow(sub.folder, lab, "", "", "not graded", "",
-                                     f"no CPU report for {sub.label}: see its regrade job (the "
-                                     f"checkout failed, or the job did not finish)"))
+                                     f"no CPU report for {sub.label}"
+                                     + (f" ({why})" if why else "") + ": see its regrade job "
+                                     f"(the checkout failed, or the job did not finish)"))
             continue
         commit = entry.get("commit") or ""
         if entry.get("result") is None:
@@ -238,7 +278,7 @@ def gradebook_rows(lab: str, entries: list[DispatchEntry], reports: Path, *, gpu
         integrity = summary(result.integrity)
         notes = [entry["note"]] if entry.get("note") else []
         if gpu:
-            gpu_path = reports / f"gpu-{sub.folder}" / "gpu.json"
+            gpu_path = _gpu_report(reports, sub.folder)
             try:
                 result.merge(GradeResult.read_json(gpu_path))
             except (OSError, KeyError, TypeError, ValueError) as exc:
@@ -280,6 +320,194 @@ def render_summary(lab: str, rows: list, *, gpu: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ------------------------------------------------------------------------------- a whole class
+
+# A prefix of the assignment's repositories: what a GitHub Classroom assignment puts before each
+# login (``lab-05-``); never empty, so that a dispatch cannot regrade the whole organisation.
+_PREFIX = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+
+
+def batches(items: list, limit: int = MAX_SUBMISSIONS) -> list[list]:
+    """``items`` in at most ``limit`` consecutive batches of equal size (the last one smaller):
+    one matrix job each, so that a class of any size stays within one matrix's 256 jobs. Up to
+    ``limit`` items, every item has a job of its own."""
+    if not items:
+        return []
+    size = -(-len(items) // limit)
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def parse_class(org: str, prefix: str) -> tuple[str, str]:
+    org, prefix = (org or "").strip(), (prefix or "").strip()
+    if not _OWNER.match(org):
+        raise DispatchError(f"org {org!r}: give the GitHub organisation of the class (letters, "
+                            f"digits and single hyphens, at most 39 characters)")
+    if not _PREFIX.match(prefix):
+        raise DispatchError(f"prefix {prefix!r}: give the assignment's repository prefix, e.g. "
+                            f"lab-05- (letters, digits and . _ -; not empty)")
+    return org, prefix
+
+
+def class_plan(client, org: str, prefix: str, lab: str, *, at_deadline: bool = True,
+               gpu: bool = False, out: Path, lab_info=None, progress=None) -> dict:
+    """List the assignment's repositories, resolve each to its commit of record and split the
+    class into batches for the class workflow's matrix. Writes ``records.json`` and
+    ``unresolved.csv`` into ``out`` (:func:`msda_labs.classroom.classwide.write_records`);
+    returns the step's outputs and counts."""
+    from msda_labs.classroom.classwide import resolve_class, write_records
+
+    lab_id = parse_lab(lab)
+    org, prefix = parse_class(org, prefix)
+    info = lab_info or _manifest_lab(lab_id, gpu)
+    due = cutoff = None
+    if at_deadline:
+        if info.due is None:
+            raise DispatchError(f"{lab_id} has no due date in classroom.yml (labs[].due): set "
+                                f"one, or dispatch with at_deadline off to grade the last "
+                                f"commit GitHub received")
+        due, cutoff = info.due, info.cutoff
+    resolved = resolve_class(client, org, prefix, due, cutoff, progress=progress)
+    if not resolved:
+        raise DispatchError(f"no repository of {org} starts with {prefix!r} (template and "
+                            f"archived repositories are left out)")
+    counts = write_records(resolved, lab_id, Path(out))
+    ready = [r for r in resolved if r.record is not None and r.record.found]
+    if not ready:
+        raise DispatchError(f"none of the {len(resolved)} repositories of {org}/{prefix}* has a "
+                            f"commit of record: see {Path(out) / 'unresolved.csv'}")
+    groups = batches([r.entry for r in ready])
+    width = max(2, len(str(len(groups))))
+    include = []
+    for number, group in enumerate(groups, start=1):
+        parse_submissions("\n".join(group))  # the regrade job's own check, here first
+        name = f"{number:0{width}d}"
+        include.append({"batch": name, "label": f"batch {name} ({len(group)})",
+                        "submissions": "\n".join(group)})
+    return {"lab": lab_id, "gpu": bool(gpu), "include": include, "listed": counts["listed"],
+            "planned": counts["planned"], "unresolved": counts["unresolved"],
+            "batch_size": len(groups[0]), "at_deadline": bool(at_deadline)}
+
+
+def plan_summary(plan_out: dict, org: str, prefix: str, unresolved: list[list[str]]) -> str:
+    jobs = len(plan_out["include"])
+    clock = ("the last commit GitHub received by the due date (or the end of the late window)"
+             if plan_out["at_deadline"] else "the last commit GitHub received")
+    lines = [f"## Class plan of {plan_out['lab']}: {org}/{_cell(prefix)}*", "",
+             f"{plan_out['listed']} repositories listed, **{plan_out['planned']} planned** in "
+             f"{jobs} job(s) of at most {plan_out['batch_size']} submission(s), "
+             f"{plan_out['unresolved']} unresolved. Each is graded at its commit of record: "
+             f"{clock}, by GitHub's server times.", ""]
+    if unresolved:
+        lines += ["| repository | why no commit of record |", "|---|---|"]
+        lines += [f"| {_cell(r[0])} | {_cell(r[2])} |" for r in unresolved[:200]]
+        if len(unresolved) > 200:
+            lines.append(f"| ... | {len(unresolved) - 200} more in the artifact's unresolved.csv |")
+    return "\n".join(lines) + "\n"
+
+
+def fetch_submissions(text: str, into: Path, *, token: str = "",
+                      server: str = "https://github.com") -> tuple[list[DispatchEntry],
+                                                                   list[str]]:
+    """Fetch each ``owner/repo@sha`` entry of ``text`` into ``into/<folder>`` at that commit
+    (one commit, no history, no tags), as actions/checkout does for one. The token reaches git
+    through the environment (``GIT_CONFIG_*``), never a command line or a file. Returns the
+    entries fetched and one line per entry that could not be (its folder is removed)."""
+    import base64
+    import shutil
+    import subprocess
+
+    entries = parse_submissions(text)
+    env = dict(os.environ, GIT_TERMINAL_PROMPT="0")
+    if token:
+        count = int(env.get("GIT_CONFIG_COUNT") or 0)
+        basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+        env.update({"GIT_CONFIG_COUNT": str(count + 1),
+                    f"GIT_CONFIG_KEY_{count}": f"http.{server}/.extraheader",
+                    f"GIT_CONFIG_VALUE_{count}": f"AUTHORIZATION: basic {basic}"})
+    into = Path(into)
+    into.mkdir(parents=True, exist_ok=True)
+    fetched, failed = [], []
+    for sub in entries:
+        dest = into / sub.folder
+        steps = [("init", ["init", "-q", str(dest)]),
+                 ("fetch", ["-C", str(dest), "fetch", "-q", "--depth=1", "--no-tags",
+                            f"{server}/{sub.owner}/{sub.repo}.git", sub.ref]),
+                 ("checkout", ["-C", str(dest), "-c", "advice.detachedHead=false", "checkout",
+                               "-q", "--detach", "FETCH_HEAD"])]
+        why = ""
+        for name, args in steps:
+            proc = subprocess.run(["git", *args], env=env, capture_output=True, text=True)
+            if proc.returncode != 0:
+                last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+                why = f"git {name}: {last[:300]}"
+                break
+        if not why and _SHA.match(sub.ref):
+            head = subprocess.run(["git", "-C", str(dest), "rev-parse", "HEAD"], env=env,
+                                  capture_output=True, text=True).stdout.strip()
+            if head != sub.ref:
+                why = f"fetched {head[:12] or 'nothing'}, not {sub.ref[:12]}"
+        if why:
+            shutil.rmtree(dest, ignore_errors=True)
+            failed.append(f"{sub.label}: {why}")
+        else:
+            fetched.append(sub)
+    return fetched, failed
+
+
+def planned_entries(plan_dir: Path) -> tuple[list[DispatchEntry], dict[str, dict],
+                                             list[list[str]]]:
+    """The class plan's artifact (``records.json``, ``unresolved.csv``): the planned
+    submissions, their records by folder, and the unresolved repositories' rows."""
+    import csv
+
+    plan_dir = Path(plan_dir)
+    try:
+        items = json.loads((plan_dir / "records.json").read_text())
+        text = "\n".join(f"{i['repository']}@{i['record']['sha']}" for i in items)
+        records = {i["student"]: i["record"] for i in items}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DispatchError(f"{plan_dir}/records.json: not a class plan's records "
+                            f"({type(exc).__name__}: {exc})") from None
+    entries = []
+    for group in batches(text.split("\n")) if text else []:
+        entries += parse_submissions("\n".join(group))
+    unresolved = []
+    if (plan_dir / "unresolved.csv").is_file():
+        with open(plan_dir / "unresolved.csv", newline="") as fh:
+            unresolved = list(csv.reader(fh))[1:]
+    return entries, records, unresolved
+
+
+def write_final_grades(rows: list, records: dict[str, dict], out: Path, *,
+                       roster: Path | None = None, prefix: str | None = None) -> tuple[list,
+                                                                                      list[Path]]:
+    """The late policy of classroom.yml applied to the run's rows (the columns of the local
+    ``gradebook`` command), and with ``roster`` the Canvas and Moodle files beside ``out``."""
+    from msda_labs.classroom.grades import apply_policy, entry_from_row
+    from msda_labs.classroom.lms import read_roster, write_lms
+    from msda_labs.course.manifest import ManifestError, find_manifest, load_manifest
+
+    try:
+        manifest = load_manifest(find_manifest())
+    except ManifestError as exc:
+        raise DispatchError(str(exc)) from None
+    order = [lab.id for lab in sorted((lab for lab in manifest.labs if lab.due is not None),
+                                      key=lambda lab: (lab.due, lab.id))]
+    finals = apply_policy([entry_from_row(r, records.get(r.student)) for r in rows],
+                          manifest.late_policy, order)
+    if manifest.late_policy.kind == "free_days":
+        for final in finals:
+            final.notes.append("free late days of this lab only: combine every lab's reports "
+                               "with `python -m msda_labs gradebook` for the course's count")
+    written = write_lms(finals, "csv", out)[0]
+    if roster is not None:
+        people = read_roster(roster)
+        for fmt in ("canvas", "moodle"):
+            written += write_lms(finals, fmt, out.with_name(f"{fmt}.csv"), roster=people,
+                                 prefix=prefix)[0]
+    return finals, written
+
+
 # ------------------------------------------------------------------------------------------- CLI
 
 def _cmd_plan(ns) -> int:
@@ -315,14 +543,40 @@ def _cmd_gradebook(ns) -> int:
     from msda_labs.classroom.regrade import write_gradebook
 
     lab = parse_lab(ns.lab if ns.lab is not None else os.environ.get("LAB", ""))
-    text = ns.submissions if ns.submissions is not None else os.environ.get("SUBMISSIONS", "")
     gpu = ns.gpu or _truthy(os.environ.get("GPU"))
-    entries = parse_submissions(text)
+    records: dict[str, dict] = {}
+    unresolved: list[list[str]] = []
+    if ns.plan:  # the class workflow: the plan's artifact lists the submissions
+        entries, records, unresolved = planned_entries(Path(ns.plan))
+    else:
+        text = ns.submissions if ns.submissions is not None else os.environ.get("SUBMISSIONS",
+                                                                                "")
+        entries = parse_submissions(text)
     rows = gradebook_rows(lab, entries, Path(ns.reports), gpu=gpu,
                           merged=Path(ns.merged) if ns.merged else None)
+    if unresolved:  # listed, never dropped: a row without a score, and why
+        from msda_labs.classroom.regrade import GradebookRow
+
+        owner_of = {r[0]: r[0].partition("/")[0] for r in unresolved}
+        rows += [GradebookRow(f"{owner_of[r[0]]}--{r[0].partition('/')[2]}", lab, "", "",
+                              "not graded", "", f"no commit of record: {r[2]}")
+                 for r in unresolved]
     Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
     write_gradebook(rows, Path(ns.out))
     summary = render_summary(lab, rows, gpu=gpu)
+    if ns.final:
+        if ns.roster and not Path(ns.roster).is_file():
+            raise DispatchError(f"roster {ns.roster!r}: no such file in the kit's checkout (a "
+                                f"path relative to the repository root)")
+        finals, written = write_final_grades(rows, records, Path(ns.final),
+                                             roster=Path(ns.roster) if ns.roster else None,
+                                             prefix=ns.prefix or None)
+        late = [f for f in finals if f.entry.late_days]
+        summary += (f"\nLate policy applied: {len(late)} late submission(s); the final grades "
+                    f"(late days, penalty and the calculation per row) are in "
+                    f"{', '.join(f'`{p.name}`' for p in written)}.\n")
+        for path in written:
+            print(f"wrote {path}")
     if ns.insight:
         from msda_labs.classroom.insight_page import write_beside_gradebook
 
@@ -345,6 +599,62 @@ def _cmd_gradebook(ns) -> int:
     missing = [r for r in rows if r.score == ""]
     print(f"gradebook: {ns.out} ({len(rows)} rows, {len(missing)} not graded)")
     return 1 if missing and ns.strict else 0
+
+
+def _cmd_class_plan(ns) -> int:
+    from msda_labs.classroom.github import GitHub
+
+    org = ns.org if ns.org is not None else os.environ.get("ORG", "")
+    prefix = ns.prefix if ns.prefix is not None else os.environ.get("PREFIX", "")
+    lab = ns.lab if ns.lab is not None else os.environ.get("LAB", "")
+    gpu = ns.gpu or _truthy(os.environ.get("GPU"))
+    at_deadline = _truthy(os.environ.get("AT_DEADLINE", "true")) and not ns.latest
+    client = GitHub()
+    if not client.token:
+        raise DispatchError("no token for GitHub's API: the plan lists the organisation's "
+                            "repositories with GH_TOKEN (the STUDENT_REPOS_TOKEN secret, with "
+                            "Metadata, Contents and Actions: read)")
+    out = Path(ns.out)
+
+    def progress(item):
+        status = item.record.note() if item.record is not None else item.error
+        print(f"  {item.repo.full_name:<45} {status}")
+
+    result = class_plan(client, org, prefix, lab, at_deadline=at_deadline, gpu=gpu, out=out,
+                        progress=progress)
+    import csv
+
+    with open(out / "unresolved.csv", newline="") as fh:
+        unresolved = list(csv.reader(fh))[1:]
+    jobs = len(result["include"])
+    print(f"{result['listed']} repositories listed, {result['planned']} planned in {jobs} "
+          f"job(s) of at most {result['batch_size']}, {result['unresolved']} unresolved; "
+          f"{client.calls} API calls")
+    matrix = json.dumps({"include": result["include"]}, separators=(",", ":"))
+    (out / "matrix.json").write_text(matrix + "\n")
+    outputs = {"lab": result["lab"], "gpu": json.dumps(result["gpu"]), "matrix": matrix,
+               "planned": str(result["planned"])}
+    if not write_step_outputs(outputs, blocks=True):
+        print(f"matrix: {out / 'matrix.json'}")
+    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    if target:
+        with open(target, "a") as fh:
+            fh.write(plan_summary(result, org, prefix, unresolved))
+    return 0
+
+
+def _cmd_fetch(ns) -> int:
+    text = ns.submissions if ns.submissions is not None else os.environ.get("SUBMISSIONS", "")
+    fetched, failed = fetch_submissions(text, Path(ns.into),
+                                        token=os.environ.get("STUDENT_REPOS_TOKEN", ""))
+    for sub in fetched:
+        print(f"  {sub.label}  ->  {ns.into}/{sub.folder}")
+    for line in failed:
+        if os.environ.get("GITHUB_ACTIONS") == "true":
+            print(f"::error title=Submission not fetched::{line}")
+        print(f"not fetched: {line}", file=sys.stderr)
+    print(f"{len(fetched)} submission(s) fetched, {len(failed)} not")
+    return 0 if fetched else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -374,11 +684,36 @@ def main(argv: list[str] | None = None) -> int:
                            help="append the Markdown here (default: $GITHUB_STEP_SUMMARY)")
             p.add_argument("--strict", action="store_true",
                            help="exit 1 when a submission could not be graded")
+            p.add_argument("--plan", metavar="DIR",
+                           help="the class plan's artifact (records.json, unresolved.csv): the "
+                                "submissions and their commits of record, instead of "
+                                "$SUBMISSIONS")
+            p.add_argument("--final", metavar="CSV",
+                           help="also write the final grades: classroom.yml's late policy "
+                                "applied (the columns of `msda_labs gradebook`)")
+            p.add_argument("--roster", metavar="CSV",
+                           help="with --final: also canvas.csv and moodle.csv beside it")
+            p.add_argument("--prefix", help="with --roster: the assignment prefix to strip")
             p.set_defaults(func=_cmd_gradebook)
+    c = sub.add_parser("class-plan", help="list, resolve and batch a whole class")
+    c.add_argument("--org", help="the organisation (default: $ORG)")
+    c.add_argument("--prefix", help="the assignment's repository prefix (default: $PREFIX)")
+    c.add_argument("--lab", help="lab id (default: $LAB)")
+    c.add_argument("--gpu", action="store_true", help="with the GPU stage (default: $GPU)")
+    c.add_argument("--latest", action="store_true",
+                   help="the last commit received, not the one at the deadline (default: "
+                        "$AT_DEADLINE, true unless 'false')")
+    c.add_argument("--out", default="plan", metavar="DIR",
+                   help="where records.json, unresolved.csv and matrix.json go")
+    c.set_defaults(func=_cmd_class_plan)
+    f = sub.add_parser("fetch", help="fetch a batch's submissions at their commits")
+    f.add_argument("--submissions", help="owner/repo@sha entries (default: $SUBMISSIONS)")
+    f.add_argument("--into", required=True, metavar="DIR")
+    f.set_defaults(func=_cmd_fetch)
     ns = parser.parse_args(argv)
     try:
         return ns.func(ns)
-    except DispatchError as exc:
+    except (DispatchError, KitError) as exc:
         if os.environ.get("GITHUB_ACTIONS") == "true":
             print(f"::error title=Regrade inputs::{exc}")
         print(f"error: {exc}", file=sys.stderr)

@@ -24,11 +24,20 @@ The calls and the shapes read, as GitHub documents them:
 
 Pages follow the ``Link`` header's ``rel="next"`` URL (*Using pagination in the REST API*,
 https://docs.github.com/en/rest/using-the-rest-api/using-pagination-in-the-rest-api).
+
+Recorded responses: with ``MSDA_GITHUB_REPLAY=DIR`` in the environment, every call is answered
+from the folder ``DIR`` instead of the network (:func:`replay_transport`), and a call that was
+not recorded fails as a 404 that names it. Each response is one file, ``<key>.json`` (the key:
+:func:`response_key` of the request's full URL), holding ``url``, ``status``, ``headers`` (the
+``Link`` header of a page among them) and ``body`` (the JSON GitHub sent).
+:func:`recording_transport` writes such a folder from any other transport. The workflow tests
+use it to run the whole-class regrade under act, which has no network; no workflow sets it.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import re
@@ -38,11 +47,13 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 
 from msda_labs.errors import KitError
 
 __all__ = ["GitHubError", "GitHub", "ClassRepo", "urllib_transport", "next_link",
-           "list_class_repos", "workflow_runs", "push_events", "file_at", "API"]
+           "list_class_repos", "workflow_runs", "push_events", "file_at", "API", "REPLAY_ENV",
+           "response_key", "replay_transport", "recording_transport", "default_transport"]
 
 API = "https://api.github.com"
 PER_PAGE = 100
@@ -78,6 +89,58 @@ def urllib_transport(url: str, headers: dict) -> tuple[int, dict, bytes]:
         return exc.code, dict(exc.headers.items()), exc.read()
 
 
+REPLAY_ENV = "MSDA_GITHUB_REPLAY"
+
+
+def response_key(url: str) -> str:
+    """The file name (without ``.json``) of a recorded response to ``url``."""
+    return hashlib.sha256(url.encode()).hexdigest()[:32]
+
+
+def replay_transport(folder: str | os.PathLike) -> Transport:
+    """A transport that answers from a folder of recorded responses (see the module's notes)."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise GitHubError(f"{REPLAY_ENV}={folder}: no such folder of recorded responses")
+
+    def transport(url: str, headers: dict) -> tuple[int, dict, bytes]:
+        path = root / f"{response_key(url)}.json"
+        if not path.is_file():
+            return 404, {}, json.dumps({"message": f"not recorded in {root}: {url}"}).encode()
+        saved = json.loads(path.read_text())
+        if saved.get("url") != url:
+            raise GitHubError(f"{path}: recorded for {saved.get('url')!r}, not {url!r}")
+        return int(saved["status"]), dict(saved.get("headers") or {}), \
+            json.dumps(saved.get("body")).encode()
+
+    return transport
+
+
+def recording_transport(inner: Transport, folder: str | os.PathLike) -> Transport:
+    """``inner``, writing each response it gives into ``folder`` for :func:`replay_transport`."""
+    root = Path(folder)
+    root.mkdir(parents=True, exist_ok=True)
+
+    def transport(url: str, headers: dict) -> tuple[int, dict, bytes]:
+        status, reply, body = inner(url, headers)
+        try:
+            data = json.loads(body or b"null")
+        except ValueError:
+            data = None
+        keep = {k: v for k, v in reply.items() if k.lower() in ("link", "content-type")}
+        (root / f"{response_key(url)}.json").write_text(json.dumps(
+            {"url": url, "status": status, "headers": keep, "body": data}))
+        return status, reply, body
+
+    return transport
+
+
+def default_transport() -> Transport:
+    """The network, or the recorded responses named by ``$MSDA_GITHUB_REPLAY``."""
+    folder = os.environ.get(REPLAY_ENV)
+    return replay_transport(folder) if folder else urllib_transport
+
+
 def next_link(headers: dict) -> str | None:
     """The ``rel="next"`` URL of a ``Link`` header, or None on the last page."""
     link = next((v for k, v in headers.items() if k.lower() == "link"), "")
@@ -96,7 +159,7 @@ class GitHub:
                  base: str = API):
         self.token = token if token is not None else (os.environ.get("GH_TOKEN")
                                                       or os.environ.get("GITHUB_TOKEN") or "")
-        self.transport = transport or urllib_transport
+        self.transport = transport or default_transport()
         self.base = base.rstrip("/")
         self.calls = 0
 

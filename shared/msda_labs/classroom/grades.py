@@ -28,7 +28,7 @@ from msda_labs.course.manifest import LatePolicy
 from msda_labs.errors import KitError
 
 __all__ = ["GradesError", "LabEntry", "FinalGrade", "read_entries", "apply_policy",
-           "CSV_COLUMNS"]
+           "entry_from_row", "CSV_COLUMNS"]
 
 CSV_COLUMNS = ("student", "lab", "raw_score", "max", "late_days", "free_days_used",
                "free_days_left", "penalty_percent", "score", "commit", "received_at",
@@ -128,6 +128,27 @@ def read_entries(paths: list[Path]) -> list[LabEntry]:
                 received_at=record.get("received_at", ""), note=item.get("note", ""),
                 has_record=bool(record), warning=record.get("warning", ""))
     return list(entries.values())
+
+
+def entry_from_row(row, record: dict | None) -> LabEntry:
+    """A gradebook row of the regrade workflow (:class:`~msda_labs.classroom.regrade.GradebookRow`)
+    with its commit of record from the class plan (``records.json``): its late days count only
+    when the commit graded is the commit of record."""
+    graded = row.score != "" and row.score is not None
+    entry = LabEntry(row.student, row.lab, float(row.score) if graded else None,
+                     float(row.max) if graded else None, commit=row.commit or "", note=row.note)
+    if not record:
+        return entry
+    if entry.commit and record.get("sha") and entry.commit != record["sha"]:
+        entry.note = "; ".join(n for n in [entry.note, f"graded {entry.commit[:12]}, not the "
+                                           f"commit of record {record['sha'][:12]}: no late "
+                                           f"days charged"] if n)
+        return entry
+    entry.late_days = int(record.get("late_days", 0))
+    entry.received_at = record.get("received_at", "")
+    entry.warning = record.get("warning", "")
+    entry.has_record = True
+    return entry
 
 
 def apply_policy(entries: list[LabEntry], policy: LatePolicy,
