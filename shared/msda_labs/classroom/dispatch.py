@@ -348,8 +348,18 @@ def parse_class(org: str, prefix: str) -> tuple[str, str]:
     return org, prefix
 
 
+def parse_max_jobs(text: str | int | None) -> int:
+    """The ``max_jobs`` input: 1 to 256 regrade jobs (default 256)."""
+    value = str(text if text not in (None, "") else MAX_SUBMISSIONS).strip()
+    if not value.isdigit() or not 1 <= int(value) <= MAX_SUBMISSIONS:
+        raise DispatchError(f"max_jobs {value!r}: a whole number from 1 to {MAX_SUBMISSIONS} (a "
+                            f"matrix runs at most {MAX_SUBMISSIONS} jobs)")
+    return int(value)
+
+
 def class_plan(client, org: str, prefix: str, lab: str, *, at_deadline: bool = True,
-               gpu: bool = False, out: Path, lab_info=None, progress=None) -> dict:
+               gpu: bool = False, out: Path, lab_info=None, progress=None,
+               max_jobs: int = MAX_SUBMISSIONS) -> dict:
     """List the assignment's repositories, resolve each to its commit of record and split the
     class into batches for the class workflow's matrix. Writes ``records.json`` and
     ``unresolved.csv`` into ``out`` (:func:`msda_labs.classroom.classwide.write_records`);
@@ -375,7 +385,7 @@ def class_plan(client, org: str, prefix: str, lab: str, *, at_deadline: bool = T
     if not ready:
         raise DispatchError(f"none of the {len(resolved)} repositories of {org}/{prefix}* has a "
                             f"commit of record: see {Path(out) / 'unresolved.csv'}")
-    groups = batches([r.entry for r in ready])
+    groups = batches([r.entry for r in ready], parse_max_jobs(max_jobs))
     width = max(2, len(str(len(groups))))
     include = []
     for number, group in enumerate(groups, start=1):
@@ -620,8 +630,10 @@ def _cmd_class_plan(ns) -> int:
         status = item.record.note() if item.record is not None else item.error
         print(f"  {item.repo.full_name:<45} {status}")
 
+    max_jobs = parse_max_jobs(ns.max_jobs if ns.max_jobs is not None
+                              else os.environ.get("MAX_JOBS"))
     result = class_plan(client, org, prefix, lab, at_deadline=at_deadline, gpu=gpu, out=out,
-                        progress=progress)
+                        progress=progress, max_jobs=max_jobs)
     import csv
 
     with open(out / "unresolved.csv", newline="") as fh:
@@ -703,6 +715,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--latest", action="store_true",
                    help="the last commit received, not the one at the deadline (default: "
                         "$AT_DEADLINE, true unless 'false')")
+    c.add_argument("--max-jobs", help="at most this many regrade jobs, 1 to 256 (default: "
+                                      "$MAX_JOBS, else 256)")
     c.add_argument("--out", default="plan", metavar="DIR",
                    help="where records.json, unresolved.csv and matrix.json go")
     c.set_defaults(func=_cmd_class_plan)
