@@ -209,7 +209,8 @@ def test_the_gradebook_job_applies_the_late_policy(tmp_path, kit_root, monkeypat
                       "grace,Grace Hopper,grace@uni.example,102,S102,ghopper,9002\n")
     out = tmp_path / "gradebook"
     assert dispatch.main(["gradebook", "--lab", "lab05", "--reports", str(reports),
-                          "--plan", str(reports / "class-plan"), "--out", str(out / "gradebook.csv"),
+                          "--plan", str(reports / "class-plan"),
+                          "--out", str(out / "gradebook.csv"),
                           "--final", str(out / "final-grades.csv"), "--roster", str(roster),
                           "--prefix", "lab-05-", "--summary", str(tmp_path / "s.md")]) == 0
     with open(out / "gradebook.csv", newline="") as fh:

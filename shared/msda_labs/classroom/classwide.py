@@ -29,14 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from msda_labs.classroom import deadline
-from msda_labs.classroom.dispatch import MAX_SUBMISSIONS
 from msda_labs.classroom.github import ClassRepo, list_class_repos
 
 __all__ = ["Resolved", "resolve_class", "split", "write_plan", "write_records", "MATRIX_LIMIT"]
 
 # A matrix generates at most 256 jobs per workflow run (GitHub's Actions limits): the regrade
-# workflow's own cap on one dispatch.
-MATRIX_LIMIT = MAX_SUBMISSIONS
+# workflow's own cap on one dispatch (msda_labs.classroom.dispatch.MAX_SUBMISSIONS).
+MATRIX_LIMIT = 256
 
 
 @dataclass

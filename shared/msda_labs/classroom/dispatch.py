@@ -1,8 +1,24 @@
-"""Inputs and gradebook of the instructor's regrade workflow (``.github/workflows/regrade.yml``).
+"""Inputs and gradebook of the instructor's regrade workflows (``.github/workflows/regrade.yml``,
+one job per given submission, and ``regrade-class.yml``, a whole class in one dispatch).
 
     python -m msda_labs.classroom.dispatch plan [--lab LAB] [--submissions TEXT] [--gpu]
+    python -m msda_labs.classroom.dispatch class-plan [--org ORG] [--prefix P] [--lab LAB]
+                                                     [--latest] [--max-jobs N] [--out DIR]
+    python -m msda_labs.classroom.dispatch fetch [--submissions TEXT] --into DIR
     python -m msda_labs.classroom.dispatch gradebook --reports DIR [--out CSV] [--merged DIR]
-                                                    [--insight HTML]
+                                                    [--insight HTML] [--plan DIR]
+                                                    [--final CSV [--roster CSV --prefix P]]
+
+``class-plan`` (the class workflow's first job) lists the organisation's repositories of the
+assignment through GitHub's API (``GH_TOKEN``; ``MSDA_GITHUB_REPLAY`` answers from recorded
+responses, see :mod:`msda_labs.classroom.github`), resolves each to its commit of record from
+GitHub's server times (the lab's due date and late window in classroom.yml; ``--latest``: the
+last commit received) and splits the class into at most 256 batches of equal size, one matrix
+job each (a matrix runs at most 256 jobs). ``fetch`` (each batch job) fetches the batch's
+``owner/repo@sha`` entries, each at its one commit, with ``STUDENT_REPOS_TOKEN``. ``gradebook
+--plan`` takes the submissions from the plan's artifact and adds a row for every unresolved
+repository; ``--final`` applies classroom.yml's late policy (the columns of ``msda_labs
+gradebook``), with the late days of the plan's records.
 
 The workflow passes its ``workflow_dispatch`` inputs through the environment (``LAB``,
 ``SUBMISSIONS``, ``GPU``), never through ``${{ }}`` inside a shell command, and this module is
@@ -30,6 +46,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from msda_labs.classroom.classwide import MATRIX_LIMIT
 from msda_labs.classroom.workflows import write_step_outputs
 from msda_labs.errors import KitError
 from msda_labs.grading.integrity import summary
@@ -39,8 +56,8 @@ __all__ = ["DispatchError", "DispatchEntry", "MAX_SUBMISSIONS", "parse_lab", "pa
 
 # GitHub runs at most 256 jobs from one matrix ("Actions limits",
 # https://docs.github.com/en/actions/reference/limits); a larger class is split over several
-# runs by msda_labs.classroom.classwide.
-MAX_SUBMISSIONS = 256
+# runs by msda_labs.classroom.classwide, or over batches of one run by class_plan below.
+MAX_SUBMISSIONS = MATRIX_LIMIT
 
 _LAB = re.compile(r"^lab[0-9]{2}$")
 # GitHub owner names: letters, digits and single hyphens, not at either end, 39 characters at most.
@@ -262,7 +279,7 @@ def gradebook_rows(lab: str, entries: list[DispatchEntry], reports: Path, *, gpu
             rows.append(GradebookRow(sub.folder, lab, "", "", "not graded", "",
                                      f"no CPU report for {sub.label}"
                                      + (f" ({why})" if why else "") + ": see its regrade job "
-                                     f"(the checkout failed, or the job did not finish)"))
+                                     "(the checkout failed, or the job did not finish)"))
             continue
         commit = entry.get("commit") or ""
         if entry.get("result") is None:

@@ -17,10 +17,17 @@ The formats, as the LMSs document them:
   columns in https://teaching.resources.osu.edu/toolsets/carmencanvas/guides/calculating-final-grades/import-csv-file-carmen-grades).
   Name each column like the assignment it fills (``--assignment lab05="Lab 5 (12345)"``: the
   name and ID as Canvas's own export writes them).
+  No "Points Possible" row is written under the header: the import requirements listed on the
+  page above (a student identity, SIS Login ID, Section, then the assignment columns) name no
+  such row, and Canvas's own guide (https://community.canvaslms.com/t5/Instructor-Guide/How-do-I-import-grades-in-the-Gradebook/ta-p/807)
+  could not be read from here to say otherwise; the points possible stay those of the
+  assignment in Canvas.
 * **Moodle** (Grade administration → Import → CSV file): any header row; at the preview the
   instructor maps one identity column to a user field ("Map from" *Email address* to
   ``useremail``, or *ID number* to ``useridnumber``, or a username column to ``username``) and
-  each grade column to a grade item (https://docs.moodle.org/311/en/Grade_import). The file has
+  each grade column to a grade item (https://docs.moodle.org/311/en/Grade_import; the importer's
+  own code maps a user by ``userid``, ``useridnumber``, ``useremail`` or ``username``:
+  grade/import/csv/classes/load_data.php, map_user_data_with_value). The file has
   ``First name``, ``Last name``, ``ID number``, ``Email address`` and ``Username`` columns, then
   one score column per lab.
 """
