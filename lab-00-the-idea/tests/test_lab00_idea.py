@@ -22,6 +22,7 @@ from judge_lab00 import expect_either
 from probes_lab00 import probe_function, smooth_sample
 
 from msda_labs.grading import expect_close
+from msda_labs.grading.rules import watch_untouched
 from msda_labs.mistakes import pixel_reads
 from msda_labs.mistakes.grid_sample import (
     attend_variants,
@@ -74,6 +75,11 @@ def _expect_calls(submission, name, args, want, message, ref, dtype=torch.float6
     expect_close(res.get("out"), ref, dtype=dtype, expect_dtype=dtype,
                  what=f"{name}, graded for its number of grid_sample calls only when its output "
                       f"is right")
+    # The count is made in your process, where a module could hide calls from it: it earns the
+    # point only where the judge reads in your source that nothing can (grid_sample reached as
+    # F.grid_sample, and nothing that reaches a watch: msda_labs.grading.rules.tamper_uses).
+    watch_untouched(submission.source, f"the count of grid_sample calls of {name}",
+                    names=("grid_sampler",))
 
 
 # == Task 0.1: bilinear_sample ===================================================================

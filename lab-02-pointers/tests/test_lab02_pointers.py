@@ -18,7 +18,7 @@ from probes_lab02 import (
 )
 
 from msda_labs.grading import expect_close
-from msda_labs.grading.rules import indirect_uses
+from msda_labs.grading.rules import indirect_uses, watch_untouched
 from msda_labs.grading.spies import INTERPOLATION_OPS
 from msda_labs.mistakes import msda_variants
 from msda_labs.mistakes.pointers import FLAT_INDEX, INT32_MAX, OVERFLOW
@@ -111,6 +111,10 @@ def _check_banned(submission):
             f"it, or names library interpolation: the grader reads your source, and allows "
             f"neither getattr/eval/exec/importlib/sys/operator and the like nor double-underscore "
             f"attributes outside `if __name__ == \"__main__\":`")
+    # How flat_msda touches its tensors is watched in your process, where a module could switch
+    # the watch off: it is believed only where the judge reads that nothing can reach it.
+    watch_untouched(submission.source, "how flat_msda touches its tensors (flat views, int64 "
+                                       "index math, loops, the flat read of value)")
 
 
 def _check_gathered(found):

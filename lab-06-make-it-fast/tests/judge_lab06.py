@@ -151,9 +151,12 @@ def _config_problems(configs) -> list[str]:
 def autotune_problems(res) -> list[str]:
     """Everything wrong with the declared search space and the autotuner around the kernel."""
     problems = _config_problems(res["configs"])
+    if res.get("foreign_configs", ["no record"]):
+        problems.append(f"forward_configs() must return triton.Config objects, not "
+                        f"{', '.join(res.get('foreign_configs', ['no record']))}")
     if res["type"] != "Autotuner":
         problems.append(f"make_autotuned_forward() returned a {res['type']}, not the Autotuner "
-                        f"that triton.autotune(...) wraps a kernel in")
+                        f"that triton.autotune(...) wraps a kernel in (Triton's own class)")
         return problems
     if not res["wraps_chunked"]:
         problems.append("the autotuner does not wrap msda_forward_chunked_kernel")

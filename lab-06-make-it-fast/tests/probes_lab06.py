@@ -82,12 +82,22 @@ def _base_function(fn):
     return fn
 
 
+def _class_name(obj) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
 def config_space(module):
-    """What forward_configs() and make_autotuned_forward() declare."""
+    """What forward_configs() and make_autotuned_forward() declare; ``"type"`` is "Autotuner"
+    only for Triton's own class (not a subclass, not a class of the same name), and
+    ``"foreign_configs"`` names whatever forward_configs() returned that is not a triton.Config."""
+    from triton import Config
+    from triton.runtime.autotuner import Autotuner
+
     configs = module.forward_configs()
     tuned = module.make_autotuned_forward()
     return {
-        "type": type(tuned).__name__,
+        "type": "Autotuner" if type(tuned) is Autotuner else _class_name(tuned),
+        "foreign_configs": sorted({_class_name(c) for c in configs if type(c) is not Config}),
         "configs": [describe_config(c) for c in configs],
         "tuned_configs": [describe_config(c) for c in getattr(tuned, "configs", [])],
         "keys": [str(k) for k in getattr(tuned, "keys", [])],

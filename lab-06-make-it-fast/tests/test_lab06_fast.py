@@ -25,6 +25,7 @@ from msda_labs.grading.peaked import (
     peaked_inputs,
 )
 from msda_labs.grading.probes import run_guarded, shared_run
+from msda_labs.grading.rules import watch_untouched
 from msda_labs.truth.cases import DECODER, STANDARD_CASES, Case
 from msda_labs.truth.reference import msda_reference
 
@@ -139,17 +140,19 @@ def test_wrapper_defaults(submission):
     case = STANDARD_CASES[0]
     res = submission.run(probes.wrapper_defaults, judge.case_inputs(case, torch.float32))
     what = "msda_forward_chunked with its defaults (BLOCK_Q=32, CHUNK_D=None)"
-    judge.expect_forward(_ran_chunked_kernel(res, what), case, torch.float32, what)
+    judge.expect_forward(_ran_chunked_kernel(submission, res, what), case, torch.float32, what)
 
 
-def _ran_chunked_kernel(res, what):
+def _ran_chunked_kernel(submission, res, what):
     """The output of a probe that ran a launcher, once it is clear that the launcher ran the
-    lab's kernel (lab 05's msda_forward in its place earns nothing here)."""
+    lab's kernel (lab 05's msda_forward in its place earns nothing here). The launches are
+    recorded in the student's process: believed only of a source that cannot reach the record."""
     launched = res.get("launched", []) if isinstance(res, dict) else []
     if "msda_forward_chunked_kernel" not in launched:
         raise AssertionError(f"{what} launched {launched or 'no Triton kernel'}, not "
                              f"msda_forward_chunked_kernel: the launcher runs your kernel; a "
                              f"stand-in earns nothing here")
+    watch_untouched(submission.source, f"which kernel {what} launched")
     return res["out"]
 
 
@@ -195,6 +198,10 @@ def test_autotune_config_space(submission):
     problems = judge.autotune_problems(submission.run(probes.config_space))
     if problems:
         raise AssertionError("autotune search space: " + "; ".join(problems))
+    # What the declarations are is read in your process: believed only where the judge reads in
+    # your source that nothing there can reach the objects the probe inspects.
+    watch_untouched(submission.source, "what forward_configs() and make_autotuned_forward() "
+                                       "declare")
 
 
 @pytest.mark.task("6.2", points=2)
@@ -206,7 +213,7 @@ def test_autotuned_launch(submission, block_q):
     res = submission.run(probes.autotuned_run, judge.case_inputs(case, torch.float32), block_q)
     what = (f"msda_forward_autotuned with a one-config kernel (BLOCK_Q={block_q}, "
             f"num_warps=1)")
-    res = _ran_chunked_kernel(res, what)
+    res = _ran_chunked_kernel(submission, res, what)
     try:
         expect_close(res, ref, what=what, case=case.describe(), dtype=torch.float32,
                      expect_dtype=torch.float32)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from msda_labs.grading import expect_close
+from msda_labs.grading.rules import watch_untouched
 from msda_labs.mistakes import grad_variants, lost_update_grad_value
 from msda_labs.truth.cases import STANDARD_CASES, Case, make_inputs, seeded_generator
 from msda_labs.truth.reference import reference_grads
@@ -103,6 +104,9 @@ def _check_vectorized(submission, which):
             f"queries, heads or channels in Python. Work on whole tensors (loops over levels, "
             f"points or the four corners are fine)"
         )
+    # The count is made in your process, where a module could hide its calls from it: it earns
+    # the point only where the judge reads in your source that nothing can.
+    watch_untouched(submission.source, f"the count of torch calls of {FUNCTION[which]}")
 
 
 # -- Task 7.1 ----------------------------------------------------------------------------------

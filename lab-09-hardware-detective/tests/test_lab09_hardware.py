@@ -14,6 +14,7 @@ import probes_lab09 as probes
 import pytest
 
 from msda_labs.grading import describe_value
+from msda_labs.grading.rules import watch_untouched
 
 LAB = "lab09"
 TITLE = "Hardware detective"
@@ -90,6 +91,9 @@ def test_find_atomics_on_the_backward_kernel(submission):
     judge.check_detector(res, judge.atomics(ptx), "find_atomics on the lab 08 backward kernel "
                                                   "compiled for sm_90 with a bf16 grad_value "
                                                   "buffer")
+    # The listing is compiled in your process: it is believed only where the judge reads in
+    # your source that nothing there can replace the compiler or what it is given.
+    watch_untouched(submission.source, "the live listing of the lab 08 backward kernel")
 
 
 # -- Task 9.2: classify_atomics ----------------------------------------------------------------

@@ -72,9 +72,11 @@ STANDIN_HINT = ("the operator must run the kernels (msda_forward and msda_backwa
                 "stand-in for instance, earns nothing in the final exam")
 
 
-def check_kernels_ran(res, what, backward=True):
+def check_kernels_ran(submission, res, what, backward=True):
     """The final exam's rule, as watched inside the child: the operator's forward launched at
-    least one Triton kernel, and so did its backward (when it ran)."""
+    least one Triton kernel, and so did its backward (when it ran). The record is made in the
+    student's process, so it is believed only of a source that cannot reach it
+    (:func:`check_records_believed`)."""
     launched = res.get("launched") if isinstance(res, dict) else None
     if not isinstance(launched, dict):
         raise AssertionError(f"{what}: no record of the kernels the operator launched")
@@ -83,6 +85,80 @@ def check_kernels_ran(res, what, backward=True):
         if not isinstance(names, list) or not names:
             raise AssertionError(f"{what}: msda's {part} launched no Triton kernel; "
                                  f"{STANDIN_HINT}")
+    check_records_believed(submission, f"the record of the kernels launched ({what})")
+
+
+LAUNCHERS = ("msda_forward", "msda_backward")
+
+
+def launcher_uses(info) -> list[tuple[int, str]]:
+    """``(line, what)`` of every use of the launchers in the submission's source other than the
+    starter's own: bound only by top-level assignments (in ``if``/``else`` too) from
+    ``load(...)`` or ``shipped.<name>``, and used only by calling them by name. The recording
+    wrappers replace these globals in a copy of the module; a launcher bound some other way, or
+    kept under another name, would run unrecorded (or a stand-in be recorded in its place)."""
+    import ast
+
+    tree = info.tree
+    if tree is None:
+        return []
+    allowed: set[int] = set()
+
+    def starter_lines(body):
+        for stmt in body:
+            if isinstance(stmt, ast.If):
+                starter_lines(stmt.body + stmt.orelse)
+            elif isinstance(stmt, ast.Assign) and _starter_value(stmt.value):
+                allowed.update(id(node) for target in stmt.targets for node in ast.walk(target))
+
+    starter_lines(tree.body)
+    calls = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
+                and node.name in LAUNCHERS:
+            found.append((node.lineno, f"def {node.name}"))
+        elif isinstance(node, (ast.Global, ast.Nonlocal)) and set(node.names) & set(LAUNCHERS):
+            found.append((node.lineno, "global " + ", ".join(node.names)))
+        elif isinstance(node, ast.alias) and (node.asname or node.name.split(".")[-1]) \
+                in LAUNCHERS:
+            found.append((getattr(node, "lineno", 0), f"import {node.name}"))
+        elif isinstance(node, ast.Name) and node.id in LAUNCHERS:
+            if isinstance(node.ctx, ast.Load) and id(node) not in calls:
+                found.append((node.lineno, f"{node.id} used but not called"))
+            elif not isinstance(node.ctx, ast.Load) and id(node) not in allowed:
+                found.append((node.lineno, f"{node.id} bound"))
+    return sorted(set(found))
+
+
+def _starter_value(value) -> bool:
+    """``load(6, ...)``, ``shipped.msda_forward``, or a tuple of such and constants."""
+    import ast
+
+    if isinstance(value, ast.Tuple):
+        return all(_starter_value(elt) or isinstance(elt, ast.Constant) for elt in value.elts)
+    if isinstance(value, ast.Call):
+        return isinstance(value.func, ast.Name) and value.func.id == "load"
+    return isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) \
+        and value.value.id == "shipped" and value.attr in LAUNCHERS
+
+
+def check_records_believed(submission, what):
+    """Raise unless the judge reads in the source that the records made in the student's
+    process (kernels launched, the arguments msda_forward and msda_backward were handed) are
+    out of the module's reach: nothing that reaches a watch (``rules.tamper_uses``), and the
+    launchers bound and used as the starter does (:func:`launcher_uses`)."""
+    from msda_labs.grading.rules import watch_untouched
+
+    watch_untouched(submission.source, what)
+    uses = launcher_uses(submission.source)
+    if uses:
+        line, how = uses[0]
+        raise AssertionError(
+            f"rule: {what} is recorded while your code runs, around msda_forward and "
+            f"msda_backward as the top of lab10.py binds them; line {line} of your module: {how}. "
+            f"Keep the starter's lines that bind them, and call them by name (no other binding, "
+            f"no alias, no def of the same name), so that the record sees every call")
 
 
 def compiled_kernels(folder, since: float, until: float) -> list[str]:

@@ -47,6 +47,7 @@ def test_function_hands_its_flag_to_the_backward(submission):
             raise AssertionError(f"MSDAFunction.apply(..., {flag}) then backward: msda_backward "
                                  f"was called with fp32_grad_accum {calls or 'never'}, expected "
                                  f"[{flag}]; keep the flag on ctx in forward and pass it on")
+    judge_lab10.check_records_believed(submission, "the flag MSDAFunction handed msda_backward")
 
 
 @pytest.mark.task("10.1", points=1)
@@ -201,7 +202,7 @@ def _msda_computes(submission, rule):
     res = shared_run(submission, "msda_forward_two_levels", probes.msda_probe, TWO_LEVELS,
                      "float32", "auto", False)
     what = f"msda (graded for {rule} only when it runs the kernels and its output is right)"
-    judge_lab10.check_kernels_ran(res, what, backward=False)
+    judge_lab10.check_kernels_ran(submission, res, what, backward=False)
     check_output(res, TWO_LEVELS, "float32", what)
 
 
@@ -232,6 +233,7 @@ def test_msda_empty_batch_or_queries(submission):
                                  f"with nothing to compute, return value.new_zeros(B, Q, M * D) "
                                  f"without launching anything (an empty grid is not a valid "
                                  f"launch everywhere)")
+    judge_lab10.check_records_believed(submission, "the calls of msda_forward for empty inputs")
 
 
 @pytest.mark.task("10.3", points=1)
@@ -247,13 +249,14 @@ def test_msda_hands_contiguous_tensors_to_the_kernels(submission):
             raise AssertionError(f"msda handed non-contiguous {', '.join(names)} to msda_forward: "
                                  f"the kernels index the tensors as if they were packed; call "
                                  f".contiguous() (free when already contiguous)")
+    judge_lab10.check_records_believed(submission, "what msda handed msda_forward")
 
 
 @pytest.mark.task("10.3", points=1)
 def test_msda_non_contiguous_inputs(submission):
     res = run_msda(submission, TWO_LEVELS, "float32", noncontiguous=True)
     what = "msda on non-contiguous value, locations and weights (and upstream gradient)"
-    judge_lab10.check_kernels_ran(res, what)
+    judge_lab10.check_kernels_ran(submission, res, what)
     check_output(res, TWO_LEVELS, "float32", what)
     check_grads(res, TWO_LEVELS, "float32", what)
 
@@ -278,3 +281,4 @@ def test_msda_resolves_the_accumulator_flag(submission):
                                  f"[{want}] ({reason}); resolve None with use_fp32_grad_accum("
                                  f"value.dtype, capability), the capability being (8, 0) "
                                  f"without a GPU")
+    judge_lab10.check_records_believed(submission, "the flag msda handed msda_backward")

@@ -46,7 +46,7 @@ LAB, TITLE, MODE, TASKS = judge_lab10.LAB, judge_lab10.TITLE, judge_lab10.MODE, 
 def test_exam_forward_float32(submission, case):
     res = run_msda(submission, case, "float32", backward=False)
     check_output(res, case, "float32", "msda")
-    check_kernels_ran(res, f"msda on {case.describe()}", backward=False)
+    check_kernels_ran(submission, res, f"msda on {case.describe()}", backward=False)
 
 
 @pytest.mark.task("10.4", points=1)
@@ -54,14 +54,15 @@ def test_exam_forward_float32(submission, case):
 def test_exam_forward_half_precision(submission, dtype_name):
     res = run_msda(submission, OUT_OF_BOUNDS, dtype_name, backward=False)
     check_output(res, OUT_OF_BOUNDS, dtype_name, "msda")
-    check_kernels_ran(res, f"msda in {dtype_name}", backward=False)
+    check_kernels_ran(submission, res, f"msda in {dtype_name}", backward=False)
 
 
 @pytest.mark.task("10.4", points=1)
 def test_exam_forward_ragged_queries(submission):
     res = run_msda(submission, RAGGED, "float32", backward=False)
     check_output(res, RAGGED, "float32", "msda (more queries than one query block)")
-    check_kernels_ran(res, "msda (more queries than one query block)", backward=False)
+    check_kernels_ran(submission, res, "msda (more queries than one query block)",
+                      backward=False)
 
 
 @pytest.mark.task("10.4", points=1)
@@ -70,7 +71,7 @@ def test_exam_level_start_index_none(submission):
     res = run_msda(submission, TWO_LEVELS, "float32", starts_none=True)
     check_output(res, TWO_LEVELS, "float32", "msda(..., level_start_index=None, ...)")
     check_grads(res, TWO_LEVELS, "float32", "msda(..., level_start_index=None, ...)")
-    check_kernels_ran(res, "msda(..., level_start_index=None, ...)")
+    check_kernels_ran(submission, res, "msda(..., level_start_index=None, ...)")
 
 
 @pytest.mark.task("10.4", points=1)
@@ -79,7 +80,7 @@ def test_exam_level_start_index_none(submission):
 def test_exam_backward_float32(submission, case):
     res = run_msda(submission, case, "float32")
     check_grads(res, case, "float32", "msda, then backward")
-    check_kernels_ran(res, f"msda, then backward, on {case.describe()}")
+    check_kernels_ran(submission, res, f"msda, then backward, on {case.describe()}")
 
 
 @pytest.mark.task("10.4", points=1)
@@ -92,7 +93,7 @@ def test_exam_backward_dtypes_and_accumulators(submission, dtype_name, flag):
     given = "no flag" if flag == "auto" else f"fp32_grad_accum={flag}"
     check_output(res, OUT_OF_BOUNDS, dtype_name, f"msda ({given})")
     check_grads(res, OUT_OF_BOUNDS, dtype_name, f"msda ({given}), then backward")
-    check_kernels_ran(res, f"msda ({given}), then backward")
+    check_kernels_ran(submission, res, f"msda ({given}), then backward")
 
 
 def _check_paths_agree(submission, case, where="", note=""):
@@ -103,7 +104,8 @@ def _check_paths_agree(submission, case, where="", note=""):
     expect_close(native, fp32, what=f"grad_value with fp32_grad_accum=False vs True{where}",
                  case=f"{case.describe()} in float32{note}", rtol=1e-5, atol=1e-5)
     for flag, launched in zip((False, True), res["launched"]):
-        check_kernels_ran({"launched": launched}, f"msda with fp32_grad_accum={flag}{where}")
+        check_kernels_ran(submission, {"launched": launched},
+                          f"msda with fp32_grad_accum={flag}{where}")
 
 
 @pytest.mark.task("10.4", points=1)
@@ -119,7 +121,7 @@ def test_exam_accumulator_paths_agree_in_float32(submission):
 def test_gpu_exam_forward_decoder(submission, dtype_name):
     res = run_msda(submission, DECODER, dtype_name, backward=False)
     check_output(res, DECODER, dtype_name, "msda on the GPU")
-    check_kernels_ran(res, "msda on the GPU", backward=False)
+    check_kernels_ran(submission, res, "msda on the GPU", backward=False)
 
 
 @pytest.mark.task("10.4", points=1)
@@ -129,7 +131,7 @@ def test_gpu_exam_forward_decoder(submission, dtype_name):
 def test_gpu_exam_backward_decoder(submission, dtype_name, flag):
     res = run_msda(submission, DECODER, dtype_name, flag=flag)
     check_grads(res, DECODER, dtype_name, f"msda on the GPU (fp32_grad_accum={flag}), backward")
-    check_kernels_ran(res, f"msda on the GPU (fp32_grad_accum={flag})")
+    check_kernels_ran(submission, res, f"msda on the GPU (fp32_grad_accum={flag})")
 
 
 EDGE_CASES = (*STANDARD_CASES, RAGGED, TWO_LEVELS)
@@ -143,7 +145,7 @@ def test_gpu_exam_edge_cases(submission, dtype_name):
     for case, res in zip(EDGE_CASES, results):
         check_output(res, case, dtype_name, "msda on the GPU")
         check_grads(res, case, dtype_name, "msda on the GPU, backward")
-        check_kernels_ran(res, f"msda on the GPU on {case.describe()}")
+        check_kernels_ran(submission, res, f"msda on the GPU on {case.describe()}")
     # Observed from outside: on the first case Triton compiles every kernel afresh, and the judge
     # reads the kernels written to its cache on the disk during the forward and the backward.
     case = EDGE_CASES[0]
@@ -182,7 +184,7 @@ def test_gpu_exam_int64_far_end(submission, dtype_name):
                               res["grads"], ref_grads):
         expect_close(got, ref, what=f"msda, then backward: the gradient of {name}", case=desc,
                      dtype=dtype, backward=True)
-    check_kernels_ran(res, f"msda on {desc}")
+    check_kernels_ran(submission, res, f"msda on {desc}")
 
 
 @pytest.mark.task("10.4", points=1)
@@ -208,6 +210,7 @@ def test_gpu_exam_flag_follows_the_device(submission):
             raise AssertionError(f"msda({dtype_name} inputs) on a GPU of capability {capability}: "
                                  f"msda_backward got fp32_grad_accum {calls or 'never'}, expected "
                                  f"[{want}]; ask torch.cuda.get_device_capability(value.device)")
+    judge_lab10.check_records_believed(submission, "the flag msda handed msda_backward")
 
 
 @pytest.mark.task("10.4", points=1)
@@ -248,7 +251,7 @@ def test_gpu_speed_against_the_reference(submission):
     res = {"out": step[0], "grads": list(step[1:])}
     check_output(res, case, dtype_name, what)
     check_grads(res, case, dtype_name, what)
-    check_kernels_ran(measured, what)
+    check_kernels_ran(submission, measured, what)
     desc = f"msda forward + backward on {case.describe()} in {dtype_name}"
     ref_label = "the same step of the PyTorch reference (grid_sample, autograd)"
     # The race in your own process stays as feedback; the grade comes from the judge's clock.

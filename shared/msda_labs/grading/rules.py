@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SourceInfo", "forbidden_imports", "indirect_uses"]
+__all__ = ["SourceInfo", "forbidden_imports", "indirect_uses", "tamper_uses", "watch_untouched"]
 
 
 @dataclass
@@ -225,3 +225,265 @@ def indirect_uses(info: SourceInfo, names=()) -> list[tuple[int, str]]:
         elif any(part in name for part in names):
             found.append((line, name))
     return sorted(found)
+
+
+# -- What could reach a watch in the student's process ------------------------------------------
+# A rule that is watched in the child (a spy, a trace, a recording wrapper) is believed only for a
+# module whose source cannot reach the watch. What reaches it: tracing hooks, threads and other
+# processes (a watch sees its own thread), the interpreter's internals (frames, the module table,
+# the garbage collector, C calls), a function named at run time, a private part of a library, a
+# library's switches for its own dispatch (torch.overrides and the compilers that bypass it), and
+# an attribute written on anything but the module's own objects. A lab module of tensors and
+# kernels needs none of it; :func:`tamper_uses` names each use, for a clear message.
+TAMPER_MODULES = INDIRECT_MODULES | frozenset({
+    "threading", "_thread", "concurrent", "multiprocessing", "subprocess", "asyncio", "signal",
+    "faulthandler", "tracemalloc", "atexit", "sysconfig", "site", "code", "codeop", "dis",
+    "traceback", "copyreg"})
+"""Modules whose import reaches past a watch: besides :data:`INDIRECT_MODULES`, threads and
+processes (a watch sees its own thread), signals, tracing and the interpreter's own tools."""
+
+TAMPER_ATTRIBUTES = frozenset({
+    "settrace", "setprofile", "gettrace", "getprofile", "_getframe", "f_back", "f_globals",
+    "f_locals", "f_builtins", "f_code", "f_trace", "tb_frame", "tb_next", "gi_frame", "cr_frame",
+    "ag_frame", "gi_code", "co_code", "sys", "modules", "fork", "forkpty", "system", "popen",
+    "spawnv", "spawnve", "spawnl", "posix_spawn", "execv", "execve", "execl", "kill", "_exit",
+    "builtins", "overrides", "threading", "multiprocessing", "subprocess", "importlib",
+    "inspect", "ctypes", "gc"})
+"""Attribute names that reach a tracing hook, a frame, the module table, another process or a
+library's dispatch switches, whatever object they are read from."""
+
+TAMPER_DOTTED = ("torch.overrides", "torch.jit", "torch.compile", "torch.fx", "torch.library", "torch.ops",
+                 "torch.multiprocessing", "torch.utils.hooks", "torch.autograd.graph",
+                 "torch.autograd.forward_ad", "torch.testing", "triton.runtime",
+                 "triton.compiler", "triton.backends", "triton.knobs", "msda_labs.grading")
+"""Parts of the libraries that bypass or rewire what a watch sees (a compiled or scripted
+function runs without torch's Python dispatch; the runtime and compiler hold the launch path a
+launch watch wraps): reached by import or by attribute."""
+
+
+HARMLESS_DUNDERS = frozenset({".__name__", ".__qualname__", ".__doc__"})
+"""Dunder attributes that only name a thing (``type(x).__name__`` in an error message); a write
+to one is still flagged, as every attribute write is."""
+
+DISPATCH_HOOKS = frozenset({"__torch_function__", "__torch_dispatch__"})
+"""Methods by which a class of the module's own takes over torch's dispatch."""
+
+
+def _import_names(tree: ast.Module) -> dict[str, str]:
+    """Local name -> the dotted name it was imported as (``import torch.nn.functional as F``:
+    ``F`` -> ``torch.nn.functional``; ``import torch.nn``: ``torch`` -> ``torch``)."""
+    names: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    names[alias.asname] = alias.name
+                else:
+                    top = alias.name.split(".")[0]
+                    names[top] = top
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return names
+
+
+def _dotted(node: ast.AST, imported: dict[str, str]) -> str | None:
+    """The dotted name of an attribute chain rooted at an imported name (``F.grid_sample`` ->
+    ``torch.nn.functional.grid_sample``), else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name) and node.id in imported:
+        return ".".join([imported[node.id], *reversed(parts)])
+    return None
+
+
+def _root(node: ast.AST) -> ast.AST:
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Starred)):
+        node = node.value
+    return node
+
+
+def _own_receivers(tree: ast.Module) -> dict[int, str]:
+    """id(function node) -> the name of its first parameter, for functions defined directly in
+    a class body of the module (``self``, ``cls``, an autograd Function's ``ctx``): the objects
+    whose attributes a lab module writes."""
+    receivers = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for stmt in node.body:
+                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    params = stmt.args.posonlyargs + stmt.args.args
+                    if params:
+                        receivers[id(stmt)] = params[0].arg
+    return receivers
+
+
+PRIVATE_ALLOWED = frozenset({"torch._assert_async", "torch._assert"})
+"""Private parts of torch that check a condition and reach nothing else (lab 10 validates with
+``torch._assert_async``)."""
+
+
+def _own_methods(tree: ast.Module) -> dict[str, set[str]]:
+    """Class name -> the names of the functions defined in its body, for the module's classes."""
+    methods: dict[str, set[str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            methods.setdefault(node.name, set()).update(
+                stmt.name for stmt in node.body
+                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    return methods
+
+
+def _private(dotted: str) -> bool:
+    if dotted in PRIVATE_ALLOWED:
+        return False
+    return any(part.startswith("_") and not (part.startswith("__") and part.endswith("__"))
+               for part in dotted.split(".")[1:])
+
+
+def tamper_uses(info: SourceInfo) -> list[tuple[int, str]]:
+    """``(line, what)`` of everything, outside the module's ``if __name__ == "__main__":`` block,
+    by which the module's code could switch off or forge a watch in its own process:
+
+    * what :func:`indirect_uses` names (``getattr``, ``eval``, ``exec``, ``__import__``,
+      ``importlib``, ``sys``, ``inspect``, ``gc``, ``ctypes``, dunder attributes other than
+      ``super().__init__``...);
+    * an import of :data:`TAMPER_MODULES` (threads, processes, tracing, signals) or of a part
+      of :data:`TAMPER_DOTTED`, or a private module (``torch._C``);
+    * an attribute of :data:`TAMPER_ATTRIBUTES` (``settrace``, frames, ``modules``, ``fork``);
+    * an attribute chain from an imported name that reaches a private part (``torch._C``) or a
+      part of :data:`TAMPER_DOTTED`;
+    * an attribute written or deleted (``x.attr = ...``, ``del x.attr``, augmented) on anything
+      but the first parameter of a method of one of the module's own classes (``self``,
+      ``cls``, ``ctx``): a write on a library, on the module's imports or on an object reached
+      from them can replace what a watch wraps.
+    """
+    if info.tree is None:
+        return []
+    tree = info.tree
+    by_hand = _main_block_lines(tree)
+    imported = _import_names(tree)
+    found = []
+    for line, what in indirect_uses(info):
+        found.append((line, what))
+    # super().__init__() is how an nn.Module starts; it reaches nothing of the watch's.
+    inits = {id(node) for node in ast.walk(tree)
+             if isinstance(node, ast.Attribute) and node.attr == "__init__"
+             and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
+             and node.value.func.id == "super"}
+    init_lines = {node.lineno for node in ast.walk(tree) if id(node) in inits}
+    found = [(line, what) for line, what in found
+             if what not in HARMLESS_DUNDERS
+             and not (what == ".__init__" and line in init_lines
+                      and not _other_dunder_on_line(tree, line, inits))]
+
+    def flag(node, what):
+        line = getattr(node, "lineno", 0)
+        if line not in by_hand:
+            found.append((line, what))
+
+    def dotted_tamper(name: str) -> bool:
+        return _private(name) or any(name == d or name.startswith(d + ".") for d in TAMPER_DOTTED)
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                and node.name in DISPATCH_HOOKS:
+            flag(node, f"def {node.name}")
+        elif isinstance(node, ast.Name) and node.id in DISPATCH_HOOKS \
+                and not isinstance(node.ctx, ast.Load):
+            flag(node, f"{node.id} =")
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                top = alias.name.split(".")[0]
+                if top in TAMPER_MODULES \
+                        or top.startswith("_") or dotted_tamper(alias.name):
+                    flag(node, f"import {alias.name}")
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            top = module.split(".")[0]
+            if node.level or top in TAMPER_MODULES \
+                    or (top.startswith("_") and module != "__future__") or dotted_tamper(module):
+                flag(node, f"from {'.' * node.level}{module} import ...")
+            for alias in node.names:
+                full = f"{module}.{alias.name}"
+                if alias.name.startswith("_") or dotted_tamper(full) \
+                        or alias.name in TAMPER_ATTRIBUTES:
+                    flag(node, f"from {module} import {alias.name}")
+        elif isinstance(node, ast.Attribute):
+            if node.attr in TAMPER_ATTRIBUTES:
+                flag(node, f".{node.attr}")
+                continue
+            dotted = _dotted(node, imported)
+            if dotted and dotted_tamper(dotted):
+                flag(node, dotted)
+        elif isinstance(node, ast.Name) and node.id in imported \
+                and dotted_tamper(imported[node.id]):
+            flag(node, imported[node.id])
+
+    receivers = _own_receivers(tree)
+    # A method's receiver may be written; so a method must get only its own objects: one
+    # reached through its class (``Class.method(torch, ...)``) could be handed a library, and a
+    # receiver rebound inside the method is no longer the method's own.
+    methods = _own_methods(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.attr in methods.get(node.value.id, ()):
+            flag(node, f"{node.value.id}.{node.attr} (a method reached through its class)")
+    for node in ast.walk(tree):
+        if id(node) in receivers:
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Name) and sub.id == receivers[id(node)] \
+                        and not isinstance(sub.ctx, ast.Load):
+                    flag(sub, f"{sub.id} rebound")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            owner = _enclosing_method(tree, node, receivers)
+            root = _root(node)
+            if owner is not None and isinstance(root, ast.Name) and root.id == owner:
+                continue
+            flag(node, f"a write to {ast.unparse(node)}")
+    return sorted(set(found))
+
+
+def _other_dunder_on_line(tree: ast.Module, line: int, allowed: set[int]) -> bool:
+    return any(isinstance(node, ast.Attribute) and node.lineno == line
+               and node.attr.startswith("__") and node.attr.endswith("__")
+               and id(node) not in allowed for node in ast.walk(tree))
+
+
+def _enclosing_method(tree: ast.Module, target: ast.AST, receivers: dict[int, str]) -> str | None:
+    """The receiver's name of the innermost function that holds ``target``, when that function
+    is a method of one of the module's classes (a function nested in a method has none)."""
+    best = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) \
+                and node.lineno <= target.lineno <= (node.end_lineno or node.lineno) \
+                and any(sub is target for sub in ast.walk(node)):
+            if best is None or node.lineno >= best.lineno:
+                best = node
+    return receivers.get(id(best)) if best is not None else None
+
+
+def watch_untouched(info: SourceInfo, rule: str, names=()) -> None:
+    """Raise AssertionError, naming the first use, when the module's source could reach a watch
+    in its own process (:func:`tamper_uses`, and names containing one of ``names``): ``rule``,
+    watched there, then earns nothing, since its record could have been switched off or forged."""
+    uses = tamper_uses(info)
+    if names and info.tree is not None:
+        uses = sorted(set(uses) | {(line, what) for line, what in indirect_uses(info, names)
+                                   if any(part in what for part in names)})
+    if not uses:
+        return
+    line, what = uses[0]
+    more = f" (and {len(uses) - 1} more)" if len(uses) > 1 else ""
+    raise AssertionError(
+        f"rule: {rule} is watched while your code runs, and is believed only of a module that "
+        f"cannot reach the watch; line {line} of your module uses {what}{more}, which can: the "
+        f"grader reads your source and allows, outside `if __name__ == \"__main__\":`, no "
+        f"tracing hooks, threads or processes, frames, sys/gc/inspect/ctypes/importlib, "
+        f"getattr/setattr/eval/exec/open, dunder attributes (but super().__init__ and "
+        f".__name__), private parts of a library (torch._C), torch.overrides, torch.jit, "
+        f"torch.compile, torch.ops, triton.runtime, and no attribute written on anything but "
+        f"self (or cls, or an autograd Function's ctx) in a method of your own class")

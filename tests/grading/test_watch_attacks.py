@@ -1,0 +1,143 @@
+"""Attacks on the watches of the student's process (tests/attacks/watch/): each is a lab's chip
+with a block appended that breaks a rule watched in the child and switches the watch off or
+forges its record. Each must lose that rule's points, since the judge reads in the source that
+the module can reach the watch (msda_labs.grading.rules.tamper_uses), and, where the attack
+keeps the other tests of the task right, still earn those: the rule's points are what it loses.
+
+Also a reading of the scan itself on small sources: what it flags and what it lets through.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+from kit import all_tests, chip_path, run_grade
+
+from msda_labs.grading.rules import SourceInfo, tamper_uses, watch_untouched
+
+WATCH = Path(__file__).resolve().parents[1] / "attacks" / "watch"
+
+
+def _header(path: Path) -> dict[str, str]:
+    found = {}
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        match = re.match(r"#\s*(attack|lab|task|rule-tests|others-pass):\s*(.*)$", line)
+        if match:
+            found[match.group(1)] = match.group(2).strip()
+    return found
+
+
+ATTACKS = sorted(WATCH.glob("lab[0-9][0-9]_*.py"))
+
+
+def attack_module(path: Path, folder: Path) -> tuple[dict, Path]:
+    """The attack's header and the module it grades: the lab's chip with the attack appended
+    (the chip's solution markers left as they are)."""
+    head = _header(path)
+    module = folder / f"{head['lab']}.py"
+    module.write_text(chip_path(head["lab"]).read_text() + "\n\n" + path.read_text())
+    return head, module
+
+
+@pytest.mark.parametrize("path", ATTACKS, ids=lambda p: p.stem)
+def test_watch_attack_loses_the_rule(path, tmp_path):
+    head, module = attack_module(path, tmp_path)
+    tasks = tuple(head["task"].split())
+    result = run_grade(head["lab"], submission=module, tasks=tasks)
+    tests = {t["name"].split("[")[0]: t for _, t in all_tests(result)}
+    scored = {name: t["score"] for name, t in tests.items()}
+    for name in head["rule-tests"].split():
+        assert name in tests, f"{path.name}: no test {name} in {sorted(tests)}"
+        assert tests[name]["score"] == 0, \
+            f"{path.name}: {name} kept {tests[name]['score']} points: {tests[name]['message']}"
+    for name in head.get("others-pass", "").split():
+        assert tests[name]["status"] == "passed", \
+            f"{path.name}: the attack is meant to be right but for its rule; {name}: " \
+            f"{tests[name]['message']}\n{scored}"
+
+
+def _uses(text: str) -> list[str]:
+    path_text = textwrap.dedent(text)
+    info = SourceInfo(Path("m.py"), path_text, __import__("ast").parse(path_text))
+    return [what for _, what in tamper_uses(info)]
+
+
+@pytest.mark.parametrize("text, flagged", [
+    ("import threading\n", "import threading"),
+    ("import torch\nwith torch._C.DisableTorchFunction():\n    pass\n", "torch._C"),
+    ("from torch._C import DisableTorchFunction\n", "from torch._C import ..."),
+    ("import torch\ntorch.grid_sampler = len\n", "a write to torch.grid_sampler"),
+    ("import torch as T\nk = T.nn\nk.functional = None\n", "a write to k.functional"),
+    ("import os\nos.sys.settrace(None)\n", ".sys"),
+    ("import msda_labs.student.ptx as p\np.compile_ptx = len\n", "a write to p.compile_ptx"),
+    ("from triton.runtime.interpreter import InterpretedFunction\n",
+     "from triton.runtime.interpreter import ..."),
+    ("import torch\nf = torch.compile(len)\n", "torch.compile"),
+    ("from torch.overrides import TorchFunctionMode\n", "from torch.overrides import ..."),
+    ("class A:\n    def f(self):\n        self.x = 1\nA.f(len)\n", "A.f (a method reached "
+                                                                "through its class)"),
+    ("class A:\n    def f(self, m):\n        self = m\n        self.x = 1\n", "self rebound"),
+    ("def f(t):\n    t.__class__ = int\n", ".__class__"),
+    ("class T:\n    def __torch_function__(self, *a):\n        pass\n",
+     "def __torch_function__"),
+    ("x = eval('1')\n", "eval"),
+])
+def test_the_scan_names_each_reach(text, flagged):
+    assert flagged in _uses(text), _uses(text)
+
+
+def test_the_scan_lets_plain_lab_code_through():
+    text = '''
+    from __future__ import annotations
+    import math
+    import weakref
+    import torch
+    import triton
+    import triton.language as tl
+    from torch import nn
+
+
+    class Layer(nn.Module):
+        def __init__(self, n):
+            super().__init__()
+            self.proj = nn.Linear(n, n)
+            self.proj.weight.data.zero_()
+
+
+    class Op(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, flag):
+            ctx.flag = bool(flag)
+            ctx.save_for_backward(x)
+            return x * 2
+
+
+    @triton.jit
+    def kernel(x_ptr, n: tl.constexpr):
+        pass
+
+
+    def check(x):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"expected a tensor, got {type(x).__name__}")
+        torch._assert_async(x.numel() > 0)
+        return math.prod(x.shape), weakref.ref(x), Op.apply(x, True)
+
+
+    if __name__ == "__main__":
+        import sys
+        sys.settrace(None)
+    '''
+    assert _uses(text) == []
+
+
+def test_watch_untouched_names_the_line():
+    info = SourceInfo(Path("m.py"), "import torch\ntorch.equal = len\n",
+                      __import__("ast").parse("import torch\ntorch.equal = len\n"))
+    with pytest.raises(AssertionError, match=r"the loop rule is watched .* line 2 .*torch\.equal"):
+        watch_untouched(info, "the loop rule")
