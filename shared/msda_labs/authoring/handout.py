@@ -4,9 +4,12 @@
 * the tasks table in the handout (between ``<!-- tasks:begin -->`` and ``<!-- tasks:end -->``)
   is built from the tests' ``task`` markers (points) and the chip's TODO comments (size hints);
 * the handout's sample failures are what the grader reports for a planted bug
-  (:mod:`msda_labs.authoring.samples`).
+  (:mod:`msda_labs.authoring.samples`);
+* the handout's commands (between ``<!-- run:begin -->`` and ``<!-- run:end -->``): how to grade
+  the lab and how to run its module by hand, in the lab environment (:func:`by_hand_command`, the
+  one place that spells that command; the exported README's "Getting started" uses it too).
 
-``python -m msda_labs sync`` rewrites both; ``--check`` only reports drift (exit 1). Both also
+``python -m msda_labs sync`` rewrites them; ``--check`` only reports drift (exit 1). Both also
 check the handouts' rules tables (:func:`rules_problems`): every row maps, in
 ``tests/mutants/rules.yaml``, to the tests that enforce it and a mutant that breaks it, or says
 plainly that it is not graded.
@@ -15,16 +18,19 @@ plainly that it is not graded.
 from __future__ import annotations
 
 import re
+import textwrap
 from collections import OrderedDict
 from pathlib import Path
 
 from msda_labs.authoring.fences import strip
 from msda_labs.authoring.samples import sync_samples
+from msda_labs.labenv import ENV_DIR
 
-__all__ = ["collect_tasks", "collect_rules", "tasks_table", "sync_lab", "sync_ladder",
-           "rules_rows", "rules_problems"]
+__all__ = ["collect_tasks", "collect_rules", "tasks_table", "by_hand_command", "run_block",
+           "sync_lab", "sync_ladder", "rules_rows", "rules_problems"]
 
 BEGIN, END = "<!-- tasks:begin -->", "<!-- tasks:end -->"
+RUN_BEGIN, RUN_END = "<!-- run:begin -->", "<!-- run:end -->"
 
 
 class _Collector:
@@ -112,8 +118,57 @@ def tasks_table(tasks, chip_text: str) -> str:
     return "\n".join(lines)
 
 
+def by_hand_command(lab_id: str) -> str:
+    """The command that runs ``labNN.py`` by hand, at the root of the lab's repository: the
+    interpreter of the lab environment that the first ``nox -s labNN`` builds there
+    (:mod:`msda_labs.labenv`), which has the pinned torch and triton and this kit's package. A
+    bare ``python labNN.py`` in another environment stops at ``No module named 'msda_labs'``."""
+    return f"{ENV_DIR}/bin/python {lab_id}.py"
+
+
+def run_block(lab_id: str, tasks) -> str:
+    """The handout's commands: install nox, grade, grade one task (the first), the GPU stage
+    where a task has GPU tests, and the run by hand; then where that interpreter comes from.
+    ``tasks`` is :func:`collect_tasks`'s mapping."""
+    gpu = any(entry[3] for entry in tasks.values())
+    first, (name, *_) = next(iter(tasks.items()))
+    rows = [("pip install nox", "once"),
+            (f"nox -s {lab_id}", ("grade the CPU stages" if gpu else "grade every task")
+             + f" (the first run builds {ENV_DIR})"),
+            (f"nox -s {lab_id} -- --task {first}", f"only Task {first} ({name})")]
+    if gpu:
+        rows.append((f"nox -s {lab_id}-gpu",
+                     "the GPU stage: local CUDA, else Modal with your own account"))
+    rows.append((by_hand_command(lab_id), "try your functions on small examples (not the grade)"))
+    width = max(len(command) for command, _ in rows) + 2
+    commands = "\n".join(f"{command:<{width}}# {comment}" for command, comment in rows)
+    where = (f"`{ENV_DIR}` is the lab environment, at the root of this repository: the first "
+             f"`nox -s {lab_id}` builds it (the pinned torch and triton, and the kit's "
+             f"`msda_labs`), later runs reuse it. A bare `python {lab_id}.py` in another "
+             f"environment stops at `No module named 'msda_labs'`. With "
+             f"`source {ENV_DIR}/bin/activate` first, `python {lab_id}.py` works too; to work in "
+             f"an environment of your own instead, run `pip install -r requirements.txt -e "
+             f"shared` in it once.")
+    wrapped = _wrap_keeping_code(where)
+    return f"```bash\n{commands}\n```\n\n{wrapped}"
+
+
+def _wrap_keeping_code(text: str, width: int = 100) -> str:
+    """``text`` wrapped at ``width`` columns, never inside a `code span`."""
+    spans = re.sub(r"`[^`]*`", lambda m: m.group(0).replace(" ", "\0"), text)
+    wrapped = textwrap.fill(spans, width=width, break_long_words=False, break_on_hyphens=False)
+    return wrapped.replace("\0", " ")
+
+
+def _replace_region(text: str, begin: str, end: str, body: str) -> str:
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{body}\n{end}{tail}"
+
+
 def sync_lab(lab_dir: Path, lab_id: str, chip: Path, check: bool = False) -> list[str]:
-    """Bring the starter and the handout's tasks table in line; returns what differed."""
+    """Bring the starter, the handout's tasks table and its commands in line; returns what
+    differed."""
     drift = []
     chip_text = chip.read_text()
     starter = lab_dir / f"{lab_id}.py"
@@ -127,11 +182,17 @@ def sync_lab(lab_dir: Path, lab_id: str, chip: Path, check: bool = False) -> lis
         text = readme.read_text()
         if BEGIN in text and END in text:
             table = tasks_table(collect_tasks(lab_dir), chip_text)
-            head, rest = text.split(BEGIN, 1)
-            _, tail = rest.split(END, 1)
-            new = f"{head}{BEGIN}\n{table}\n{END}{tail}"
+            new = _replace_region(text, BEGIN, END, table)
             if new != text:
                 drift.append(f"{readme} (tasks table)")
+                if not check:
+                    readme.write_text(new)
+                text = new
+        if RUN_BEGIN in text and RUN_END in text:
+            new = _replace_region(text, RUN_BEGIN, RUN_END,
+                                  run_block(lab_id, collect_tasks(lab_dir)))
+            if new != text:
+                drift.append(f"{readme} (commands)")
                 if not check:
                     readme.write_text(new)
         drift += sync_samples(lab_dir, lab_id, chip_text, readme, check=check)

@@ -35,6 +35,7 @@ from pathlib import Path
 import yaml
 
 from msda_labs.authoring.fences import solution_blocks
+from msda_labs.authoring.handout import by_hand_command
 from msda_labs.classroom import workflows
 from msda_labs.course.manifest import Lab, Manifest, load_manifest
 from msda_labs.errors import KitError
@@ -165,6 +166,7 @@ def due_note(manifest: Manifest, lab: Lab) -> str:
 
 def _readme(handout: str, manifest: Manifest, lab: Lab) -> str:
     start = workflows.fill(workflows.template("readme-start.md"), LAB=lab.id,
+                           BY_HAND=by_hand_command(lab.id),
                            COURSE_TITLE=manifest.title, PLATFORM=platform_note(lab),
                            WHEN_GRADED=workflows.when_graded(manifest, lab))
     due = due_note(manifest, lab)
