@@ -20,6 +20,14 @@ def pytest_collection_modifyitems(session, config, items):
     items.sort(key=lambda item: 0 if any(mark in item.nodeid for mark in LONG_FIRST) else 1)
 
 
+def pytest_unconfigure(config):
+    """Close this process's warm grading server (tests/gradeserver.py), if one was started, and
+    wait for it, so that its time is counted with the run's."""
+    server = sys.modules.get("gradeserver")
+    if server is not None:
+        server.stop()
+
+
 def _file_seconds(terminalreporter) -> dict[str, float]:
     """Seconds spent per test file: setup, call and teardown of every test, summed (with xdist
     the workers' reports reach the controller with their durations)."""

@@ -38,11 +38,19 @@ def starter_path(lab_id: str) -> Path:
 
 
 def run_grade(lab_id: str, *, submission: Path | None = None, solution: bool = False,
-              tasks=(), timeout: float | None = None, extra=(), env=None) -> dict:
-    """Run `python -m msda_labs grade` in a subprocess; return the JSON result (and the run)."""
+              tasks=(), timeout: float | None = None, extra=(), env=None,
+              warm: bool = True) -> dict:
+    """Run `python -m msda_labs grade`; return the JSON result (and the run's stdout).
+
+    The run comes from this test process's warm grading server (:mod:`gradeserver`: the same
+    command in a fork of an interpreter that has already imported torch and pytest), or from a
+    plain subprocess with ``warm=False``, ``$MSDA_PLAIN_GRADE=1``, or an ``env`` that the warm
+    image cannot honour. Both give the same result."""
+    from gradeserver import run_cli
+
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "grade.json"
-        cmd = [sys.executable, "-m", "msda_labs", "grade", lab_id, "--json", str(out), *extra]
+        cmd = ["grade", lab_id, "--json", str(out), *extra]
         if submission is not None:
             cmd += ["--submission", str(submission)]
         if solution:
@@ -51,8 +59,7 @@ def run_grade(lab_id: str, *, submission: Path | None = None, solution: bool = F
             cmd += ["--task", task]
         if timeout is not None:
             cmd += ["--timeout", str(timeout)]
-        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900,
-                              env={**os.environ, **(env or {})})
+        proc = run_cli(cmd, cwd=ROOT, env=env, timeout=900, warm=warm)
         if proc.returncode != 0 or not out.is_file():
             raise AssertionError(f"grading {lab_id} failed (exit {proc.returncode}):\n"
                                  f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
