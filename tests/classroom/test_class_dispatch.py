@@ -242,3 +242,54 @@ def test_the_gradebook_job_applies_the_late_policy(tmp_path, kit_root, monkeypat
     assert {r[3]: r[5] for r in moodle[1:]} == {"ada@uni.example": "40",
                                                 "grace@uni.example": "24"}
     assert "final-grades.csv" in (tmp_path / "s.md").read_text()
+
+
+def test_batched_reports_merge_their_gpu_stage_and_a_doubled_report_is_refused(tmp_path):
+    """The class workflow's artifacts: regrade-batch-NN/regrade.json holds a batch's entries,
+    gpu-batch-NN/<folder>/gpu.json each GPU report; a folder named by two reports gets no
+    score rather than either."""
+    subs = dispatch.parse_submissions(f"course/lab-05-ada@{'a' * 40}\n"
+                                      f"course/lab-05-bob@{'b' * 40}")
+    cpu = _result(30)
+    gpu = GradeResult(lab="lab05", title="The forward kernel", stages=["gpu"],
+                      submission="lab05.py", integrity={"checked": True, "modified": []})
+    gpu.exercises = [ExerciseResult("5.2", "msda_fwd_gpu", [
+        Verdict("test_gpu", "passed", 10, 10, "", "gpu", 1.0)])]
+    batch = tmp_path / "regrade-batch-01"
+    batch.mkdir()
+    entry = {"student": "course--lab-05-ada", "lab": "lab05", "commit": "a" * 40, "note": "",
+             "result": cpu.to_dict()}
+    batch.joinpath("regrade.json").write_text(json.dumps([entry, {**entry, "student":
+                                                                  "course--lab-05-bob"}]))
+    other = tmp_path / "regrade-batch-02"
+    other.mkdir()
+    other.joinpath("regrade.json").write_text(json.dumps([{**entry,
+                                                           "student": "course--lab-05-bob"}]))
+    (tmp_path / "gpu-batch-01" / "course--lab-05-ada").mkdir(parents=True)
+    gpu.write_json(tmp_path / "gpu-batch-01" / "course--lab-05-ada" / "gpu.json")
+    rows = {r.student: r for r in dispatch.gradebook_rows("lab05", subs, tmp_path, gpu=True)}
+    ada, bob = rows["course--lab-05-ada"], rows["course--lab-05-bob"]
+    assert (ada.score, ada.max) == (40, 50)  # 30/40 on the CPU stages, 10/10 on the GPU
+    assert bob.score == "" and "2 reports name it" in bob.note
+
+
+def test_the_per_submission_workflow_writes_final_grades_without_late_days(tmp_path, kit_root,
+                                                                           monkeypatch):
+    """regrade.yml's gradebook step: given commits, not a deadline, its final grades say that no
+    late days are known, and charge none."""
+    monkeypatch.chdir(_course(tmp_path, kit_root, {"kind": "penalty", "penalty_per_day": 10}))
+    report = tmp_path / "reports" / "regrade-course--lab-05-ada"
+    report.mkdir(parents=True)
+    report.joinpath("regrade.json").write_text(json.dumps([
+        {"student": "course--lab-05-ada", "lab": "lab05", "commit": "a" * 40, "note": "",
+         "result": _result(40).to_dict()}]))
+    out = tmp_path / "book"
+    assert dispatch.main(["gradebook", "--lab", "lab05", "--submissions",
+                          f"course/lab-05-ada@{'a' * 40}", "--reports", str(tmp_path / "reports"),
+                          "--out", str(out / "gradebook.csv"),
+                          "--final", str(out / "final-grades.csv"),
+                          "--summary", str(tmp_path / "s.md")]) == 0
+    with open(out / "final-grades.csv", newline="") as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert (row["raw_score"], row["late_days"], row["score"]) == ("40", "0", "40")
+    assert "not regraded at the deadline: no late days known" in row["note"]

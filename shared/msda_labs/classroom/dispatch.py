@@ -444,7 +444,9 @@ def fetch_submissions(text: str, into: Path, *, token: str = "",
     import subprocess
 
     entries = parse_submissions(text)
-    env = dict(os.environ, GIT_TERMINAL_PROMPT="0")
+    # no prompt for a password; no Git LFS download of the student's files (nothing graded
+    # lives there, and it would be a second fetch with the token)
+    env = dict(os.environ, GIT_TERMINAL_PROMPT="0", GIT_LFS_SKIP_SMUDGE="1")
     if token:
         count = int(env.get("GIT_CONFIG_COUNT") or 0)
         basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
