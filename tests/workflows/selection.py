@@ -5,6 +5,9 @@
 * ``all`` (``nox -s workflows``): every ready lab, plus the kit's ci.yml and regrade.yml;
 * ``lab01,lab05``: those labs;
 * ``none``: no act run at all (the act tests skip and say so).
+
+The whole-class workflow (regrade-class.yml, test_act_class_dispatch.py) runs in every mode but
+``none``: it grades lab01 only, in about a minute.
 """
 
 from __future__ import annotations
