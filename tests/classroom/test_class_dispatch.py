@@ -113,6 +113,12 @@ def test_a_class_of_1000_is_planned_from_the_recorded_responses(tmp_path, kit_ro
     latest = json.loads((tmp_path / "latest" / "matrix.json").read_text())["include"]
     assert "course/lab-05-s0999@" + "0999".ljust(40, "b") in latest[-1]["submissions"]
 
+    # 1,000 students' matrix is far inside the 1 MB a job's outputs may hold
+    assert 2 * len(outputs["matrix"]) < dispatch.OUTPUT_LIMIT / 5
+    monkeypatch.setattr(dispatch, "OUTPUT_LIMIT", 2 * len(outputs["matrix"]) - 2)
+    assert dispatch.main(["class-plan", "--out", str(tmp_path / "big")]) == 2
+    assert "over the" in capsys.readouterr().err
+
     # a call that was not recorded is refused, never sent to the network
     monkeypatch.setenv("ORG", "another-org")
     assert dispatch.main(["class-plan", "--out", str(tmp_path / "other")]) == 2

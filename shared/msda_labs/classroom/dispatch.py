@@ -339,6 +339,11 @@ def render_summary(lab: str, rows: list, *, gpu: bool) -> str:
 
 # ------------------------------------------------------------------------------- a whole class
 
+# A job's outputs hold at most 1 MB, "approximated based on UTF-16 encoding" (Passing information
+# between jobs, https://docs.github.com/en/actions/writing-workflows/choosing-what-your-workflow-does/passing-information-between-jobs);
+# the class plan's matrix is one output: about 75 bytes a student, 150 as GitHub counts them.
+OUTPUT_LIMIT = 1_000_000
+
 # A prefix of the assignment's repositories: what a GitHub Classroom assignment puts before each
 # login (``lab-05-``); never empty, so that a dispatch cannot regrade the whole organisation.
 _PREFIX = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
@@ -410,6 +415,12 @@ def class_plan(client, org: str, prefix: str, lab: str, *, at_deadline: bool = T
         name = f"{number:0{width}d}"
         include.append({"batch": name, "label": f"batch {name} ({len(group)})",
                         "submissions": "\n".join(group)})
+    size = 2 * len(json.dumps({"include": include}, separators=(",", ":")))
+    if size > OUTPUT_LIMIT:
+        raise DispatchError(f"the matrix of {len(ready)} submissions is about {size // 1000} kB "
+                            f"(as GitHub counts it, UTF-16), over the {OUTPUT_LIMIT // 1000} kB "
+                            f"a job's outputs may hold: regrade the class in parts (`python -m "
+                            f"msda_labs class plan` splits it over several runs of regrade.yml)")
     return {"lab": lab_id, "gpu": bool(gpu), "include": include, "listed": counts["listed"],
             "planned": counts["planned"], "unresolved": counts["unresolved"],
             "batch_size": len(groups[0]), "at_deadline": bool(at_deadline)}
