@@ -94,7 +94,8 @@ LAUNCHERS = ("msda_forward", "msda_backward")
 def launcher_uses(info) -> list[tuple[int, str]]:
     """``(line, what)`` of every use of the launchers in the submission's source other than the
     starter's own: bound only by top-level assignments (in ``if``/``else`` too) from
-    ``load(...)`` or ``shipped.<name>``, and used only by calling them by name. The recording
+    ``load(...)`` or ``shipped.<name>`` (or imported from ``msda_labs.student.shipped`` under
+    their own names), and used only by calling them by name. The recording
     wrappers replace these globals in a copy of the module; a launcher bound some other way, or
     kept under another name, would run unrecorded (or a stand-in be recorded in its place)."""
     import ast
@@ -110,8 +111,13 @@ def launcher_uses(info) -> list[tuple[int, str]]:
                 starter_lines(stmt.body + stmt.orelse)
             elif isinstance(stmt, ast.Assign) and _starter_value(stmt.value):
                 allowed.update(id(node) for target in stmt.targets for node in ast.walk(target))
+                allowed.update(id(node) for node in ast.walk(stmt.value))
 
     starter_lines(tree.body)
+    # ``from msda_labs.student.shipped import msda_forward`` at the top binds the same launcher.
+    shipped = {id(alias) for stmt in tree.body if isinstance(stmt, ast.ImportFrom)
+               and stmt.module == "msda_labs.student.shipped" for alias in stmt.names
+               if alias.asname in (None, alias.name)}
     calls = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
     found = []
     for node in ast.walk(tree):
@@ -120,15 +126,35 @@ def launcher_uses(info) -> list[tuple[int, str]]:
             found.append((node.lineno, f"def {node.name}"))
         elif isinstance(node, (ast.Global, ast.Nonlocal)) and set(node.names) & set(LAUNCHERS):
             found.append((node.lineno, "global " + ", ".join(node.names)))
-        elif isinstance(node, ast.alias) and (node.asname or node.name.split(".")[-1]) \
-                in LAUNCHERS:
+        elif isinstance(node, ast.alias) and ({node.asname, node.name.split(".")[-1]}
+                                               & set(LAUNCHERS)) and id(node) not in shipped:
             found.append((getattr(node, "lineno", 0), f"import {node.name}"))
+        elif isinstance(node, ast.Attribute) and node.attr in LAUNCHERS \
+                and id(node) not in allowed:
+            found.append((node.lineno, f"{ast.unparse(node)} (a launcher reached past its "
+                                       f"global name)"))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id == "load" and id(node) not in allowed \
+                and not _plain_load(node):
+            found.append((node.lineno, "load(...) of a launcher or kernel, or of a name "
+                                       "computed at run time, outside the starter's lines that "
+                                       "bind the launchers"))
         elif isinstance(node, ast.Name) and node.id in LAUNCHERS:
             if isinstance(node.ctx, ast.Load) and id(node) not in calls:
                 found.append((node.lineno, f"{node.id} used but not called"))
             elif not isinstance(node.ctx, ast.Load) and id(node) not in allowed:
                 found.append((node.lineno, f"{node.id} bound"))
     return sorted(set(found))
+
+
+def _plain_load(call) -> bool:
+    """``load(N, "name")`` of something other than a launcher or a kernel (``use_fp32_grad_accum``,
+    say): it cannot run a kernel past the recording wrappers."""
+    import ast
+
+    name = call.args[1] if len(call.args) > 1 else None
+    return isinstance(name, ast.Constant) and isinstance(name.value, str) \
+        and not name.value.startswith("msda_") and "kernel" not in name.value
 
 
 def _starter_value(value) -> bool:

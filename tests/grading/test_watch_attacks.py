@@ -14,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from kit import all_tests, chip_path, run_grade
+from kit import all_tests, chip_path, lab_ids, run_grade, starter_path
 
 from msda_labs.grading.rules import SourceInfo, tamper_uses, watch_untouched
 
@@ -141,3 +141,58 @@ def test_watch_untouched_names_the_line():
                       __import__("ast").parse("import torch\ntorch.equal = len\n"))
     with pytest.raises(AssertionError, match=r"the loop rule is watched .* line 2 .*torch\.equal"):
         watch_untouched(info, "the loop rule")
+
+
+def _launcher_uses(text: str) -> list[str]:
+    import ast
+    import sys
+
+    folder = str(Path(__file__).resolve().parents[2] / "lab-10-ship-it" / "tests")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    import judge_lab10
+
+    info = SourceInfo(Path("m.py"), text, ast.parse(text))
+    return [what for _, what in judge_lab10.launcher_uses(info)]
+
+
+@pytest.mark.parametrize("text, flagged", [
+    ("def msda_forward(*a):\n    pass\n", "def msda_forward"),
+    ("f = msda_forward\n", "msda_forward used but not called"),
+    ("def g(f=msda_backward):\n    pass\n", "msda_backward used but not called"),
+    ("from msda_labs.student.shipped import msda_forward as f\n", "import msda_forward"),
+    ("from msda_labs.student import shipped\nshipped.msda_forward(1)\n",
+     "shipped.msda_forward (a launcher reached past its global name)"),
+    ("def g():\n    global msda_forward\n    msda_forward = len\n", "global msda_forward"),
+])
+def test_lab10_launchers_are_bound_and_called_as_the_starter_does(text, flagged):
+    assert flagged in _launcher_uses(text), _launcher_uses(text)
+
+
+def test_lab10_starter_lines_and_plain_loads_pass():
+    text = textwrap.dedent('''
+    from msda_labs.student import shipped
+    from msda_labs.student.earlier import load
+    if FLAG:
+        msda_forward, FORWARD_SOURCE = load(6, "msda_forward_autotuned")
+        msda_backward, BACKWARD_SOURCE = load(8, "msda_backward")
+    else:
+        msda_forward, FORWARD_SOURCE = shipped.msda_forward, "shipped"
+        msda_backward, BACKWARD_SOURCE = shipped.msda_backward, "shipped"
+    switch = load(9, "use_fp32_grad_accum").obj
+
+
+    def run(x):
+        return msda_forward(x), msda_backward(x, fp32_grad_accum=True)
+    ''')
+    assert _launcher_uses(text) == []
+    for lab_file in (chip_path("lab10"), Path(__file__).resolve().parents[2] / "lab-10-ship-it"
+                     / "lab10.py"):
+        assert _launcher_uses(lab_file.read_text()) == [], lab_file
+
+
+@pytest.mark.parametrize("lab", lab_ids())
+def test_every_chip_and_starter_passes_the_scan(lab):
+    # A finding here would cost right work the watched rules' points.
+    for path in (chip_path(lab), starter_path(lab)):
+        assert tamper_uses(SourceInfo.read(path)) == [], path
