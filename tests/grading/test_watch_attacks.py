@@ -1,8 +1,9 @@
 """Attacks on the watches of the student's process (tests/attacks/watch/): each is a lab's chip
 with a block appended that breaks a rule watched in the child and switches the watch off or
-forges its record. Each must lose that rule's points, since the judge reads in the source that
-the module can reach the watch (msda_labs.grading.rules.tamper_uses), and, where the attack
-keeps the other tests of the task right, still earn those: the rule's points are what it loses.
+forges its record (the block uses the chip's names, hence its `ruff: noqa: F821`). Each must
+lose that rule's points, since the judge reads in the source that the module can reach the
+watch (msda_labs.grading.rules.tamper_uses), and, where the attack keeps the other tests of the
+task right, still earn those: the rule's points are what it loses.
 
 Also a reading of the scan itself on small sources: what it flags and what it lets through.
 """
@@ -27,8 +28,8 @@ def _header(path: Path) -> dict[str, str]:
         if not line.startswith("#"):
             break
         match = re.match(r"#\s*(attack|lab|task|rule-tests|others-pass):\s*(.*)$", line)
-        if match:
-            found[match.group(1)] = match.group(2).strip()
+        if match:  # a key may run over several lines: its values add up
+            found[match.group(1)] = f"{found.get(match.group(1), '')} {match.group(2)}".strip()
     return found
 
 

@@ -252,8 +252,8 @@ TAMPER_ATTRIBUTES = frozenset({
 """Attribute names that reach a tracing hook, a frame, the module table, another process or a
 library's dispatch switches, whatever object they are read from."""
 
-TAMPER_DOTTED = ("torch.overrides", "torch.jit", "torch.compile", "torch.fx", "torch.library", "torch.ops",
-                 "torch.multiprocessing", "torch.utils.hooks", "torch.autograd.graph",
+TAMPER_DOTTED = ("torch.overrides", "torch.jit", "torch.compile", "torch.fx", "torch.library",
+                 "torch.ops", "torch.multiprocessing", "torch.utils.hooks", "torch.autograd.graph",
                  "torch.autograd.forward_ad", "torch.testing", "triton.runtime",
                  "triton.compiler", "triton.backends", "triton.knobs", "msda_labs.grading")
 """Parts of the libraries that bypass or rewire what a watch sees (a compiled or scripted

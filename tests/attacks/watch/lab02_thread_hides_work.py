@@ -1,11 +1,13 @@
 # attack: thread-hides-work
 # lab: lab02
 # task: 2.2
-# rule-tests: test_flat_msda_reads_only_flat_views test_flat_msda_index_math_in_int64 test_flat_msda_loops_only_over_levels_and_points
+# rule-tests: test_flat_msda_reads_only_flat_views test_flat_msda_index_math_in_int64
+# rule-tests: test_flat_msda_loops_only_over_levels_and_points
 # Appended to the lab's chip. flat_msda reads value as the 4-D tensor it is, with int32 indices
 # and a Python loop over the batch (all three watched rules broken), but does that work in a
 # thread of its own: the watch of torch calls and the line count of the grader see only the
 # thread that called flat_msda, where one read of value through a flat view is left for them.
+# ruff: noqa: F821 - the chip this block is appended to defines the names it uses
 import threading
 
 

@@ -1,13 +1,15 @@
 # attack: forged-launches
 # lab: lab10
 # task: 10.1 10.3 10.4
-# rule-tests: test_function_hands_its_flag_to_the_backward test_msda_resolves_the_accumulator_flag test_msda_empty_batch_or_queries test_exam_forward_float32 test_exam_backward_float32
+# rule-tests: test_function_hands_its_flag_to_the_backward test_msda_resolves_the_accumulator_flag
+# rule-tests: test_msda_empty_batch_or_queries test_exam_forward_float32 test_exam_backward_float32
 # others-pass: test_function_forward test_function_backward_all_three_gradients
 # Appended to the lab's chip. The operator runs no Triton kernel at all (the exam's rule broken):
 # msda_forward and msda_backward compute in torch with the earlier labs' torch code. The run
 # method of Triton's interpreted kernels is replaced at import by one that does nothing, so that
 # the grader's launch watch, entered later, wraps it; each torch step then calls it once with a
 # stand-in named like the real kernel, and the watch records a launch.
+# ruff: noqa: F821 - the chip this block is appended to defines the names it uses
 from triton.runtime.interpreter import InterpretedFunction as _Interpreted  # noqa: E402
 
 _flat_msda = load(2, "flat_msda").obj
