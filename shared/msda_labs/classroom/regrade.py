@@ -269,7 +269,9 @@ def regrade_checkout(checkout: Path, *, pristine: Path | None = None, lab_id: st
             judge_only.append(seed_path)  # hidden, and the preflight must fail to open it
         if _separating():
             _lock_down(scratch, work)
-            judgeonly.hide([p for p in judge_only if p.exists()])
+            # the checkout too: its labNN.py was copied into the work tree, and a child that
+            # could read it could read a classmate's the same way (see regrade_batch)
+            judgeonly.hide([p for p in [*judge_only, checkout] if p.exists()])
         result = _grade_subprocess(work, lab_id, secret=secret, timeout=timeout,
                                    python=python or sys.executable, judge_only=judge_only)
         if gpu:
@@ -372,10 +374,17 @@ def regrade_batch(folder: Path, *, lab: str | None = None, prefix: str | None = 
     """
     folder = Path(folder)
     rows = []
+    checkouts = sorted(p for p in folder.iterdir()
+                       if p.is_dir() and not p.is_symlink() and not p.name.startswith("."))
+    if _separating():
+        # Every checkout of the class is closed to other users before the first child runs: a
+        # module that found a classmate's labNN.py on the disk and ran it would be graded on the
+        # classmate's work. (Each child also has its own copy of its own module only; the world
+        # it runs in hides /tmp and the like, but not a class kept elsewhere, nor in the gpu mode.)
+        judgeonly.hide(checkouts)
     with tempfile.TemporaryDirectory(prefix="msda-batch-") as tmp:
         cache: dict[str, Path] = {}
-        for checkout in sorted(p for p in folder.iterdir()
-                               if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")):
+        for checkout in checkouts:
             student = _student(checkout.name, prefix)
             commit = commit_of(checkout)
             try:
