@@ -262,7 +262,11 @@ def serve(fd: int) -> None:
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the forked child
             _child(request, (conn.fileno(),), base_path)
-        conn.send(("done", {"code": _wait(pid, request["timeout"]), "pid": pid}))
+        code = _wait(pid, request["timeout"])
+        try:
+            conn.send(("done", {"code": code, "pid": pid}))
+        except OSError:  # the test process is gone: so is the reason to serve
+            return
 
 
 # -- the client ---------------------------------------------------------------------------------
