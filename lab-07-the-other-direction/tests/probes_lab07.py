@@ -5,6 +5,8 @@ the student's gather_corners, the upstream gradient as (B, Q, M, D), the weights
 calls one of the three task functions: "grad_attn", "grad_loc" or "grad_value".
 """
 
+import sys
+
 import torch
 
 from msda_labs.grading.spies import CountTorchCalls
@@ -36,13 +38,32 @@ def one_gradient(module, which, value, shapes, starts, loc, attn, grad_out):
 
 
 def torch_calls(module, which, small, big):
-    """How many torch calls the task function makes on a small and on a big problem (each an
-    (inputs, grad_out) pair), and its result on the big one (the rule only counts for a
-    function that works)."""
-    counts, res = [], None
+    """How many torch calls the task function makes, and how many lines of the submission it
+    runs, on a small and on a big problem (each an (inputs, grad_out) pair), and its result on
+    the big one (the rule only counts for a function that works). Returns ``([calls small,
+    calls big], result, [lines small, lines big])``: a loop over elements read out as Python
+    numbers (``.tolist()``) makes few torch calls, but runs more lines."""
+    target = module.__file__
+    lines = [0]
+
+    def local(frame, event, arg):
+        if event == "line":
+            lines[0] += 1
+        return local
+
+    def tracer(frame, event, arg):
+        return local if frame.f_code.co_filename == target else None
+
+    counts, ran, res = [], [], None
     for inputs, grad_out in (small, big):
         args = _setup(module, inputs, grad_out)
+        lines[0] = 0
         with CountTorchCalls() as counter:
-            res = _call(module, which, *args)
+            sys.settrace(tracer)
+            try:
+                res = _call(module, which, *args)
+            finally:
+                sys.settrace(None)
         counts.append(counter.calls)
-    return counts, res
+        ran.append(lines[0])
+    return counts, res, ran

@@ -95,7 +95,8 @@ def _check_vectorized(submission, which):
     _check_rules(submission, which)
     small = (make_inputs(SMALL), upstream(SMALL))
     big = (make_inputs(BIG), upstream(BIG))
-    (n_small, n_big), res = submission.run(probes.torch_calls, which, small, big)
+    (n_small, n_big), res, (lines_small, lines_big) = submission.run(probes.torch_calls, which,
+                                                                      small, big)
     _expect_gradient(res, _reference(*big, which), which, BIG.describe())
     if int(n_big) > int(n_small):
         raise AssertionError(
@@ -103,6 +104,16 @@ def _check_vectorized(submission, which):
             f"{n_big} for B=3 Q=24 M=4 D=5 (same levels and points): it loops over batch, "
             f"queries, heads or channels in Python. Work on whole tensors (loops over levels, "
             f"points or the four corners are fine)"
+        )
+    # A loop over numbers read out of the tensors (.tolist()) makes no torch call per step, but
+    # runs lines of your module per step.
+    if int(lines_big) > int(lines_small) + 2:
+        raise AssertionError(
+            f"rule: {FUNCTION[which]} runs {lines_small} lines of your module for B=1 Q=2 M=1 "
+            f"D=2 but {lines_big} for B=3 Q=24 M=4 D=5 (same levels and points): it loops over "
+            f"batch, queries, heads or channels in Python, on tensors or on numbers read out of "
+            f"them. Work on whole tensors (loops over levels, points or the four corners are "
+            f"fine)"
         )
     # The count is made in your process, where a module could hide its calls from it: it earns
     # the point only where the judge reads in your source that nothing can.
