@@ -93,7 +93,9 @@ def test_find_atomics_on_the_backward_kernel(submission):
                                                   "buffer")
     # The listing is compiled in your process: it is believed only where the judge reads in
     # your source that nothing there can replace the compiler or what it is given.
-    watch_untouched(submission.source, "the live listing of the lab 08 backward kernel")
+    # Reading Triton's compiler is part of this lab's work (a write to it is still named).
+    watch_untouched(submission.source, "the live listing of the lab 08 backward kernel",
+                    allow=("triton.compiler", "triton.backends", "triton.runtime"))
 
 
 # -- Task 9.2: classify_atomics ----------------------------------------------------------------

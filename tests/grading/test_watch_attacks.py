@@ -197,3 +197,14 @@ def test_every_chip_and_starter_passes_the_scan(lab):
     # A finding here would cost right work the watched rules' points.
     for path in (chip_path(lab), starter_path(lab)):
         assert tamper_uses(SourceInfo.read(path)) == [], path
+
+
+def test_a_lab_may_allow_reading_a_part_but_never_writing_it():
+    import ast
+
+    text = ("import triton\nfrom triton.compiler import ASTSource\nsrc = ASTSource\n"
+            "triton.compiler.x = 1\n")
+    info = SourceInfo(Path("m.py"), text, ast.parse(text))
+    allowed = [what for _, what in tamper_uses(info, allow=("triton.compiler",))]
+    assert allowed == ["a write to triton.compiler.x"], allowed
+    assert "from triton.compiler import ..." in [what for _, what in tamper_uses(info)]
