@@ -87,6 +87,11 @@ def _uses(text: str) -> list[str]:
     ("class T:\n    def __torch_function__(self, *a):\n        pass\n",
      "def __torch_function__"),
     ("x = eval('1')\n", "eval"),
+    ("import functools\nimport torch\nfunctools.update_wrapper(torch.nn.functional, len)\n",
+     ".update_wrapper"),
+    ("from unittest import mock\n", "from unittest import ..."),
+    ("import torch\nloader = torch.utils.data.DataLoader([], num_workers=2)\n",
+     "torch.utils.data.DataLoader"),
 ])
 def test_the_scan_names_each_reach(text, flagged):
     assert flagged in _uses(text), _uses(text)

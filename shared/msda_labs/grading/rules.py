@@ -238,7 +238,7 @@ def indirect_uses(info: SourceInfo, names=()) -> list[tuple[int, str]]:
 TAMPER_MODULES = INDIRECT_MODULES | frozenset({
     "threading", "_thread", "concurrent", "multiprocessing", "subprocess", "asyncio", "signal",
     "faulthandler", "tracemalloc", "atexit", "sysconfig", "site", "code", "codeop", "dis",
-    "traceback", "copyreg"})
+    "traceback", "copyreg", "unittest", "pytest", "_pytest", "pty"})
 """Modules whose import reaches past a watch: besides :data:`INDIRECT_MODULES`, threads and
 processes (a watch sees its own thread), signals, tracing and the interpreter's own tools."""
 
@@ -248,14 +248,17 @@ TAMPER_ATTRIBUTES = frozenset({
     "ag_frame", "gi_code", "co_code", "sys", "modules", "fork", "forkpty", "system", "popen",
     "spawnv", "spawnve", "spawnl", "posix_spawn", "execv", "execve", "execl", "kill", "_exit",
     "builtins", "overrides", "threading", "multiprocessing", "subprocess", "importlib",
-    "inspect", "ctypes", "gc"})
+    "inspect", "ctypes", "gc", "update_wrapper", "wraps", "mock", "monkeypatch"})
 """Attribute names that reach a tracing hook, a frame, the module table, another process or a
-library's dispatch switches, whatever object they are read from."""
+library's dispatch switches, or write on whatever they are given (``functools.update_wrapper``
+and ``wraps`` copy one object's attributes onto another, a library module included; ``mock``
+patches by name), whatever object they are read from."""
 
 TAMPER_DOTTED = ("torch.overrides", "torch.jit", "torch.compile", "torch.fx", "torch.library",
                  "torch.ops", "torch.multiprocessing", "torch.utils.hooks", "torch.autograd.graph",
                  "torch.autograd.forward_ad", "torch.testing", "triton.runtime",
-                 "triton.compiler", "triton.backends", "triton.knobs", "msda_labs.grading")
+                 "triton.compiler", "triton.backends", "triton.knobs", "msda_labs.grading",
+                 "torch.utils.data", "torch.futures", "torch.distributed")
 """Parts of the libraries that bypass or rewire what a watch sees (a compiled or scripted
 function runs without torch's Python dispatch; the runtime and compiler hold the launch path a
 launch watch wraps): reached by import or by attribute."""
