@@ -26,6 +26,7 @@ import pytest
 from classroom_kit import cheapest_lab, clean_env, grade_export, representative_lab, validate
 from kit import CHIPS, MANIFEST, all_tests, built_labs, chip_path
 
+from msda_labs.authoring.handout import by_hand_command
 from msda_labs.classroom.export import ExportError, export_lab, find_leaks, solution_blocks
 from msda_labs.cli import main
 from msda_labs.course.manifest import load_manifest
@@ -179,6 +180,13 @@ def test_fresh_virtualenv_nox_session(exports, tmp_path):
                                 "print(msda_labs.__file__)"], capture_output=True, text=True,
                                env=env, check=True)
         assert probe.stdout.strip().startswith(str(root / "shared"))  # not the kit's package
+        # the README's command for running the module by hand works in that environment
+        by_hand = by_hand_command(lab_id)
+        assert f"`{by_hand}`" in (root / "README.md").read_text()
+        ran = subprocess.run(by_hand.split(), cwd=root, env=env, capture_output=True, text=True,
+                             timeout=600)
+        assert ran.returncode == 0 and "Start with Task" in ran.stdout, \
+            ran.stdout[-2000:] + ran.stderr[-2000:]
         shutil.copy2(chip_path(lab_id), root / f"{lab_id}.py")
         _check_full(nox("-R"), f"{lab_id} chip from a fresh virtualenv")
     finally:
