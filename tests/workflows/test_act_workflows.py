@@ -33,7 +33,8 @@ from msda_labs.classroom import workflows
 from msda_labs.classroom.export import export_lab
 from msda_labs.grading.annotations import ANNOTATIONS_PER_STEP, definitions
 from msda_labs.grading.diagnosis import diagnose
-from msda_labs.grading.render import start_here, test_lines
+from msda_labs.grading.render import start_here
+from msda_labs.grading.render import test_lines as feedback_lines
 from msda_labs.grading.results import GradeResult
 
 JOB = "run-autograding-tests"
@@ -144,7 +145,7 @@ def _check_table(summary: str, grade: dict) -> None:
         row = re.search(rf"^\| {re.escape(ex.id)} \| .* \| {ex.score}/{ex.max_score}\b.*$",
                         summary, re.M)
         assert row, (ex.id, summary)
-        lines = test_lines(ex, diagnosis)
+        lines = feedback_lines(ex, diagnosis)
         for line in lines:
             cell = "`" + line.replace("|", "\\|").replace("\n", " ") + "`"
             assert cell in row.group(0), (line, row.group(0))
