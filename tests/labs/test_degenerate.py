@@ -181,12 +181,23 @@ def test_the_audit_counts_what_is_tried():
     ("lab01", "bilinear_sample", "real", ("1.1",)),
     ("lab08", "predict_racy_histogram", "real", ("8.1",)),
     ("lab04", "add_kernel", "zeros", ("4.1", "4.2", "4.3")),  # a kernel no test launches
+    # The labs whose watched rules earn points only where the judge reads that the module cannot
+    # reach the watch (rules.watch_untouched): the answer written into the source as plain code
+    # passes that reading, so a 0 there is the answer's.
+    ("lab00", "msda", "real", ("0.5",)),
+    ("lab02", "flat_msda", "real", ("2.2",)),
+    ("lab06", "forward_configs", "real", ("6.2",)),
+    ("lab06", "make_autotuned_forward", "real", ("6.2",)),
+    ("lab07", "grad_attention_weights", "real", ("7.1",)),
+    ("lab09", "find_atomics", "real", ("9.1",)),
+    ("lab10", "msda", "real", ("10.3", "10.4")),
+    ("lab10", "MSDAFunction.forward", "real", ("10.1",)),
 ])
 def test_a_planted_answer_that_keeps_the_chips_result_scores_full(lab, function, answer, tasks,
                                                                  tmp_path):
     # The control: the planting itself (the appended block, its imports, the wrapper, the
-    # interpreter's patched stores) costs nothing, so a 0 above is the answer's, not the
-    # harness's.
+    # interpreter's patched stores; in the labs of PLAIN_LABS the rewritten body and its helpers)
+    # costs nothing, so a 0 above is the answer's, not the harness's.
     from msda_labs.mistakes.library import Degenerate
 
     keep = Degenerate(lab, function, "named" if answer == "real" else answer, tasks,
