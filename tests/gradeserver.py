@@ -16,7 +16,9 @@ request it forks a child from that pristine image, and the child does what the r
 * the exit status follows the interpreter's rules (``SystemExit``'s code, 1 with a traceback
   for an uncaught exception), after the ``atexit`` handlers ran, and a child killed by a signal
   reads as ``-SIGNAL``, as :class:`subprocess.Popen` reports it;
-* Python's ``random`` and numpy's global generator are reseeded from the OS, as in a new process.
+* Python's ``random`` and numpy's global generator are reseeded from the OS, as in a new process;
+* a preloaded module of the kit whose file changed since the server loaded it (an edit during
+  the run) makes the server refuse the run, and the client starts a new server.
 
 The child is the judge: it starts its zygotes (:mod:`msda_labs.grading.executor`) as the real
 command does, from fresh interpreters. Nothing crosses from one grading run to the next: each
@@ -242,12 +244,45 @@ def _wait(pid: int, timeout: float) -> int | None:
             os.close(pidfd)
 
 
+def _kit_files(root: str) -> dict[str, tuple[int, int]]:
+    """(mtime, size) of every loaded module's file below ``root`` (the kit's checkout)."""
+    found = {}
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if path and path.startswith(root):
+            try:
+                stat = os.stat(path)
+            except OSError:
+                stat = None
+            found[path] = (stat.st_mtime_ns, stat.st_size) if stat else (0, -1)
+    return found
+
+
+def _changed(files: dict[str, tuple[int, int]]) -> list[str]:
+    """The files of ``files`` that are no longer what the server loaded."""
+    out = []
+    for path, seen in files.items():
+        try:
+            stat = os.stat(path)
+            now = (stat.st_mtime_ns, stat.st_size)
+        except OSError:
+            now = (0, -1)
+        if now != seen:
+            out.append(path)
+    return out
+
+
 def serve(fd: int) -> None:
-    """Preload, say ready, then run each request in a fresh fork until the line closes."""
+    """Preload, say ready, then run each request in a fresh fork until the line closes. A
+    request that finds a preloaded module of the kit changed on disk since is not run: the
+    reply says so, and the client starts a new server (a new interpreter would load the new
+    code)."""
     conn = Connection(fd)
     base_path = [p for p in sys.path[1:]]  # without this file's folder
     sys.path[0:1] = []
     info = _preload()
+    kit_root = str(Path(__file__).resolve().parents[1]) + os.sep
+    loaded = _kit_files(kit_root)
     conn.send(("ready", {"pid": os.getpid(), "cwd": os.getcwd(), "env": dict(os.environ),
                          **info}))
     while True:
@@ -257,6 +292,10 @@ def serve(fd: int) -> None:
             return
         if kind != "run":
             return
+        stale = _changed(loaded)
+        if stale:
+            conn.send(("stale", {"files": stale}))
+            continue
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         pid = os.fork()
@@ -273,6 +312,10 @@ def serve(fd: int) -> None:
 
 class ServerError(RuntimeError):
     """The grading server could not start, or died while serving."""
+
+
+class Stale(Exception):
+    """The server's preloaded code of the kit changed on disk: a new server is needed."""
 
 
 class GradeServer:
@@ -345,6 +388,8 @@ class GradeServer:
                 kind, reply = self.conn.recv()
             except (EOFError, OSError) as exc:
                 raise ServerError(f"the grading server died ({exc}):\n{self._log()}") from None
+            if kind == "stale":
+                raise Stale(reply["files"])
             self.served += 1
             stdout = out.read_text(errors="replace") if out.is_file() else ""
             stderr = err.read_text(errors="replace") if err.is_file() else ""
@@ -402,6 +447,17 @@ def stop() -> None:
         _SERVER = None
 
 
+def run_warm(module: str, args: list[str], *, env: dict[str, str], cwd: Path,
+             timeout: float) -> subprocess.CompletedProcess:
+    """``python -m module args`` from this process's warm server for ``cwd`` and ``env``, which
+    is started again when the kit's code changed since it loaded it."""
+    try:
+        return server(cwd, env).run(module, args, env=env, cwd=str(cwd), timeout=timeout)
+    except Stale:
+        stop()
+        return server(cwd, env).run(module, args, env=env, cwd=str(cwd), timeout=timeout)
+
+
 def run_cli(args: list[str], *, cwd: Path, env: dict[str, str] | None = None,
             timeout: float = 900, warm: bool = True) -> subprocess.CompletedProcess:
     """``python -m msda_labs ARGS`` in ``cwd`` with this process's environment plus ``env``,
@@ -410,8 +466,7 @@ def run_cli(args: list[str], *, cwd: Path, env: dict[str, str] | None = None,
     another (see :func:`server`)."""
     full_env = {**os.environ, **(env or {})}
     if warm and not plain_requested():
-        return server(cwd, full_env).run("msda_labs", args, env=full_env, cwd=str(cwd),
-                                         timeout=timeout)
+        return run_warm("msda_labs", args, env=full_env, cwd=cwd, timeout=timeout)
     return subprocess.run([sys.executable, "-m", "msda_labs", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=timeout, env=full_env)
 

@@ -78,8 +78,8 @@ def test_a_starter_and_a_chip_grade_the_same_warm_and_plain():
 
 
 def _both(args: list[str], **kwargs):
-    warm = gradeserver.server(ROOT).run("msda_labs", args, env=dict(os.environ),
-                                        cwd=str(ROOT), timeout=120, **kwargs)
+    warm = gradeserver.run_warm("msda_labs", args, env=dict(os.environ), cwd=ROOT,
+                                timeout=120, **kwargs)
     plain = subprocess.run([sys.executable, "-m", "msda_labs", *args], cwd=ROOT,
                            capture_output=True, text=True, timeout=120)
     return warm, plain
@@ -97,8 +97,7 @@ def test_exit_status_and_output_are_the_commands():
 def test_the_module_search_path_is_the_commands():
     """`python -m site` prints sys.path: the same from the warm server as from a new
     interpreter started in the same folder."""
-    warm = gradeserver.server(ROOT).run("site", [], env=dict(os.environ), cwd=str(ROOT),
-                                        timeout=60)
+    warm = gradeserver.run_warm("site", [], env=dict(os.environ), cwd=ROOT, timeout=60)
     plain = subprocess.run([sys.executable, "-m", "site"], cwd=ROOT, capture_output=True,
                            text=True, timeout=60)
     assert warm.returncode == plain.returncode == 0
@@ -129,12 +128,30 @@ def test_another_environment_gets_another_server(monkeypatch):
     assert "error: " in proc.stderr
 
 
+def test_a_change_to_the_kits_code_gets_a_new_server():
+    """A preloaded module edited during the run (its file's time changed here, then put back):
+    the server refuses to serve from its stale image, and the run comes from a new server that
+    loaded the file again, as a new interpreter would."""
+    first = gradeserver.server(ROOT)
+    module = ROOT / "shared" / "msda_labs" / "errors.py"
+    stat = module.stat()
+    try:
+        os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+        proc = gradeserver.run_cli(["grade", "lab99"], cwd=ROOT)
+        second = gradeserver.server(ROOT)
+    finally:
+        os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        gradeserver.stop()  # its image has the time set above: the next test starts another
+    assert proc.returncode == 2 and "error: " in proc.stderr
+    assert second is not first and second.served == 1
+
+
 def test_a_run_past_its_time_is_killed_as_the_subprocess_would_be(tmp_path):
     """The server kills a run that outlives its time and the client raises TimeoutExpired,
     as subprocess.run does; the server serves on."""
     with pytest.raises(subprocess.TimeoutExpired):
-        gradeserver.server(ROOT).run("msda_labs", ["grade", "lab01", "--solution"],
-                                     env=dict(os.environ), cwd=str(ROOT), timeout=0.2)
+        gradeserver.run_warm("msda_labs", ["grade", "lab01", "--solution"],
+                             env=dict(os.environ), cwd=ROOT, timeout=0.2)
     warm, plain = _both(["grade", "lab99"])
     assert warm.returncode == plain.returncode == 2
 
