@@ -37,7 +37,7 @@ BYHAND = Path(__file__).with_name("degenerate_byhand.py")
 def _clash(a, b) -> bool:
     """Whether two answers' scopes share a test: the same task, unless both name disjoint
     ``tests`` of it."""
-    for task in set(a.tasks) & set(b.tasks):
+    for _task in set(a.tasks) & set(b.tasks):
         if not a.tests or not b.tests or set(a.tests) & set(b.tests):
             return True
     return False
@@ -206,4 +206,5 @@ def test_a_planted_answer_that_keeps_the_chips_result_scores_full(lab, function,
     path.write_text(keep.apply(chip_path(lab).read_text()))
     result = run_grade(lab, submission=path, tasks=tasks)
     assert result["score"] == result["max_score"] > 0, [
-        (t["name"], t["message"][:200]) for _, t in all_tests(result) if t["score"] < t["max_score"]]
+        (t["name"], t["message"][:200]) for _, t in all_tests(result)
+        if t["score"] < t["max_score"]]
