@@ -31,7 +31,9 @@ def _verdicts(result: dict) -> dict[str, tuple[str, int]]:
 def _assert_same_grade(lab: str, source: str, tasks, tmp_path: Path, label: str) -> None:
     path = tmp_path / f"{lab}.py"
     path.write_text(source)
-    runs = [run_grade(lab, submission=path, tasks=tasks) for _ in range(RUNS)]
+    # Each run a fresh `python -m msda_labs grade` (not the warm grading server, whose forks
+    # share one hash seed): the same file must grade the same from a cold start every time.
+    runs = [run_grade(lab, submission=path, tasks=tasks, warm=False) for _ in range(RUNS)]
     first = _verdicts(runs[0])
     assert first, f"{label}: no test was graded"
     for n, result in enumerate(runs[1:], start=2):

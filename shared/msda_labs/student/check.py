@@ -359,6 +359,19 @@ def _stubs(path: str) -> list[tuple[str, str]]:
     return sorted(found, key=lambda t: (_task_key(t[0]), found[t]))  # by task, then by line
 
 
+def _this_command(file: str) -> str:
+    """How this run was started, to repeat it: the interpreter as the student named it when it
+    lies below the current folder (the lab's ``.venv/bin/python``), else ``python``."""
+    exe = sys.executable or "python"
+    try:
+        shown = os.path.relpath(exe)
+    except ValueError:  # another drive
+        shown = exe
+    if shown.startswith(".."):
+        shown = "python"
+    return f"{shown} {file}"
+
+
 def run_lab(lab: int, namespace, extra=()) -> list[Report]:
     """Check every task's function of lab ``lab`` in ``namespace`` (a module's ``globals()``).
 
@@ -396,5 +409,5 @@ def run_lab(lab: int, namespace, extra=()) -> list[Report]:
         later = f" (still to do after it: {', '.join(rest)})" if rest else ""
         first = "Start with" if all(r.status == "todo" for r in reports) else "Next"
         print(f"{first} Task {task}: {name} in {file} still raises NotImplementedError; write "
-              f"the TODO(Task {task}) part, then run `python {file}` again{later}.")
+              f"the TODO(Task {task}) part, then run `{_this_command(file)}` again{later}.")
     return reports
