@@ -144,12 +144,19 @@ class FakeSubmission:
     """Stands in for the grader's ``submission`` fixture in judge-side tests.
 
     ``run`` hands back a canned ``result``, or, given a ``module``, runs the probe here on it.
+    ``source`` is what the judge reads of the submission (``rules.SourceInfo``): given, or read
+    from the file of ``lab`` (its chip, a right module), or None.
     """
 
-    def __init__(self, result=None, module=None):
+    def __init__(self, result=None, module=None, *, source=None, lab: str | None = None):
         self._session = FakeSession()
         self.result = result
         self.module = module
+        if source is None and lab is not None:
+            from msda_labs.grading.rules import SourceInfo
+
+            source = SourceInfo.read(chip_path(lab))
+        self.source = source
 
     def run(self, probe, *args, **kwargs):
         if self.module is not None:

@@ -157,7 +157,7 @@ def test_lab10_speed_test_is_a_gpu_test_worth_points(lab10):
 
 def test_lab10_right_and_fast_passes_with_or_without_the_chip(made_up_lab10):
     lab10 = made_up_lab10
-    sub = FakeSubmission(_step_timing(lab10))
+    sub = FakeSubmission(_step_timing(lab10), lab="lab10")
     lab10.test_gpu_speed_against_the_reference(sub)
     feedback, note = sub._session.notes
     assert "the same step of the PyTorch reference (grid_sample, autograd) 400.0 us" in note
@@ -165,7 +165,7 @@ def test_lab10_right_and_fast_passes_with_or_without_the_chip(made_up_lab10):
     assert "the judge's clock" in note
     assert feedback.startswith("feedback, not graded (timed in your own process)")
     assert "median of 30 cuda-events runs" in feedback
-    sub = FakeSubmission(_step_timing(lab10, chip=None))
+    sub = FakeSubmission(_step_timing(lab10, chip=None), lab="lab10")
     lab10.test_gpu_speed_against_the_reference(sub)
     assert "the lab 10 chip is not in this copy of the kit" in sub._session.notes[-1]
 
@@ -174,7 +174,7 @@ def test_lab10_slow_fails_on_speed(made_up_lab10):
     lab10 = made_up_lab10
     with pytest.raises(AssertionError, match="^too slow: speed of msda forward"):
         lab10.test_gpu_speed_against_the_reference(
-            FakeSubmission(_step_timing(lab10, yours=4400.0)))
+            FakeSubmission(_step_timing(lab10, yours=4400.0), lab="lab10"))
 
 
 @pytest.mark.parametrize("which", [0, 1, 2, 3])
