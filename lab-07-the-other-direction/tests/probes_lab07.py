@@ -5,11 +5,10 @@ the student's gather_corners, the upstream gradient as (B, Q, M, D), the weights
 calls one of the three task functions: "grad_attn", "grad_loc" or "grad_value".
 """
 
-import sys
 
 import torch
 
-from msda_labs.grading.spies import CountTorchCalls
+from msda_labs.grading.spies import CountLines, CountTorchCalls
 
 
 def _setup(module, inputs, grad_out):
@@ -43,27 +42,11 @@ def torch_calls(module, which, small, big):
     the big one (the rule only counts for a function that works). Returns ``([calls small,
     calls big], result, [lines small, lines big])``: a loop over elements read out as Python
     numbers (``.tolist()``) makes few torch calls, but runs more lines."""
-    target = module.__file__
-    lines = [0]
-
-    def local(frame, event, arg):
-        if event == "line":
-            lines[0] += 1
-        return local
-
-    def tracer(frame, event, arg):
-        return local if frame.f_code.co_filename == target else None
-
     counts, ran, res = [], [], None
     for inputs, grad_out in (small, big):
         args = _setup(module, inputs, grad_out)
-        lines[0] = 0
-        with CountTorchCalls() as counter:
-            sys.settrace(tracer)
-            try:
-                res = _call(module, which, *args)
-            finally:
-                sys.settrace(None)
+        with CountTorchCalls() as counter, CountLines(module.__file__) as lines:
+            res = _call(module, which, *args)
         counts.append(counter.calls)
-        ran.append(lines[0])
+        ran.append(lines.lines)
     return counts, res, ran

@@ -32,7 +32,7 @@ from typing import Any
 from torch.overrides import TorchFunctionMode
 
 __all__ = ["outcome", "backward_outcome", "fresh_copy", "spied", "CountTorchCalls",
-           "KernelLaunches", "ForbiddenOps", "INTERPOLATION_OPS"]
+           "CountLines", "KernelLaunches", "ForbiddenOps", "INTERPOLATION_OPS"]
 
 
 def outcome(fn: Callable, *args, **kwargs) -> tuple[str, str]:
@@ -140,6 +140,36 @@ class CountTorchCalls(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         self.calls += 1
         return func(*args, **(kwargs or {}))
+
+
+class CountLines:
+    """``with CountLines(path) as counter:`` counts, in ``counter.lines``, the lines of the file
+    ``path`` (the submission) that run inside the block, through ``sys.settrace``: a loop over
+    numbers read out of tensors (``.tolist()``) makes few torch calls but runs many lines."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.lines = 0
+
+    def _line(self, frame, event, arg):
+        if event == "line":
+            self.lines += 1
+        return self._line
+
+    def _call(self, frame, event, arg):
+        return self._line if frame.f_code.co_filename == self.path else None
+
+    def __enter__(self) -> CountLines:
+        import sys
+
+        self.lines = 0
+        sys.settrace(self._call)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import sys
+
+        sys.settrace(None)
 
 
 class KernelLaunches:
