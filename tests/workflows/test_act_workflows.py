@@ -32,7 +32,7 @@ from selection import selected_labs
 from msda_labs.classroom import workflows
 from msda_labs.classroom.export import export_lab
 from msda_labs.grading.annotations import ANNOTATIONS_PER_STEP, definitions
-from msda_labs.grading.diagnosis import diagnose
+from msda_labs.grading.diagnosis import diagnose, task_key
 from msda_labs.grading.render import start_here
 from msda_labs.grading.render import test_lines as feedback_lines
 from msda_labs.grading.results import GradeResult
@@ -226,8 +226,14 @@ def test_edited_copy_is_flagged_and_its_mistakes_annotated(act_setup, tmp_path_f
             if {t["status"] for t in ex["tests"]} not in ({"passed"}, {"not_attempted"})}
     assert lost, "the planted mistake lost no points"
     titled = [re.match(r"Task (\S+) ", n.props["title"]).group(1) for n in errors]
-    assert sorted(titled) == sorted(lost)[:ANNOTATIONS_PER_STEP]
-    assert [lost[t] for t in titled] == sorted((lost[t] for t in titled), reverse=True)
+    # The order of reading: the exercises where a named mistake starts, then the other failures,
+    # then those that only follow from a cause upstream; each group in task order.
+    result = GradeResult.from_dict(grade)
+    diagnosis = diagnose(result)
+    group = {"cause": 0, "own": 1, "follows": 2}
+    expected = sorted(lost, key=lambda t: (group.get(diagnosis.kind(result.exercise(t)), 1),
+                                           task_key(t)))
+    assert titled == expected[:ANNOTATIONS_PER_STEP], (titled, expected)
     planted = mutants(lab_id)
     if planted and planted[0].expect:
         assert planted[0].expect in summary  # the named mistake reaches the job summary
