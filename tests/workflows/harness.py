@@ -139,6 +139,18 @@ def _parse_props(text: str | None) -> dict:
     return props
 
 
+def copy_working_tree(source: Path, dest: Path) -> None:
+    """Copy into ``dest`` the files of the git working tree ``source`` that a fresh clone of it
+    would hold, as they are now (tracked and untracked-not-ignored): the kit as CI checks it out."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=source,
+                           capture_output=True, text=True, check=True).stdout.split("\0")
+    for rel in filter(None, files):
+        path = source / rel
+        if path.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, dest / rel)
+
+
 def commit_all(repo: Path, message: str, date: str | None = None) -> None:
     env = {**os.environ}
     if date:

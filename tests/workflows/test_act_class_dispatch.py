@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from harness import GIT, commit_all, run_act
+from harness import GIT, commit_all, copy_working_tree, run_act
 from kit import MANIFEST, ROOT, chip_path
 from selection import mode
 
@@ -48,13 +47,7 @@ def _kit_copy(dest: Path, remotes: Path) -> Path:
     """The kit as its working tree holds it, with lab01 and lab05 due on DUE and a penalty of
     10% a late day, committed to a fresh repository (CI's fresh clone), and served as
     https://github.com/course/msda-kit from ``remotes`` (see :func:`_served`)."""
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT,
-                           capture_output=True, text=True, check=True).stdout.split("\0")
-    for rel in filter(None, files):
-        source = ROOT / rel
-        if source.is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, dest / rel)
+    copy_working_tree(ROOT, dest)
     data = yaml.safe_load((dest / "classroom.yml").read_text())
     data["course"]["late_policy"] = {"kind": "penalty", "penalty_per_day": 10}
     for entry in data["labs"]:

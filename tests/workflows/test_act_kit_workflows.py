@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from attacks.suite import attacks
-from harness import GIT, commit_all, run_act
+from harness import GIT, commit_all, copy_working_tree, run_act
 from kit import MANIFEST, ROOT, chip_path
 from selection import runs_kit_workflows
 
@@ -36,13 +36,7 @@ KIT = "msda-kit"
 
 
 def _kit_copy(dest: Path) -> Path:
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT,
-                           capture_output=True, text=True, check=True).stdout.split("\0")
-    for rel in filter(None, files):
-        source = ROOT / rel
-        if source.is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, dest / rel)
+    copy_working_tree(ROOT, dest)
     commit_all(dest, "the kit")
     # act takes github.repository from the origin remote
     subprocess.run([*GIT, "remote", "add", "origin", f"https://github.com/course/{KIT}.git"],
