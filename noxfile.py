@@ -12,6 +12,7 @@
     nox -s lint           ruff, and starters / task tables in step with chips and tests
     nox -s bench          the shipped operator vs the reference (and --peer ...) on a CUDA GPU
     nox -s workflows      every shipped workflow end to end under act (a real Actions runner)
+    nox -s shipped        the audit that no template ships its own lab's answer (slow)
 
 Arguments after ``--`` go to the grader, e.g. ``nox -s lab05 -- --task 5.2``.
 
@@ -21,11 +22,19 @@ shared/msda_labs/labenv.py). It is also the environment that runs a lab by hand:
 ``.venv/bin/python lab-05-forward-correct/lab05.py`` (or ``source .venv/bin/activate``).
 """
 
+# The sessions are made from classroom.yml, read by the kit's own manifest loader, which needs
+# these (nox installs them into an environment of its own first when they are missing; see
+# nox's script mode):
+# /// script
+# dependencies = ["nox>=2025.2.9", "pyyaml==6.0.4", "jsonschema==4.26.0"]
+# ///
+
 from __future__ import annotations
 
 import os
 import platform
 import socket
+import sys
 from pathlib import Path
 
 import nox
@@ -34,7 +43,11 @@ nox.options.reuse_venv = "yes"
 nox.options.sessions = ["selftest"]
 
 ROOT = Path(__file__).parent
-LABS = [f"lab{n:02d}" for n in range(11)]
+sys.path.insert(0, str(ROOT / "shared"))
+from msda_labs.course.manifest import load_manifest  # noqa: E402  (the package, not installed)
+
+MANIFEST = load_manifest(ROOT / "classroom.yml")  # the one list of labs
+LABS = [lab.id for lab in MANIFEST.labs if lab.built]
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
@@ -82,20 +95,6 @@ def _lab_python(session: nox.Session) -> str:
     python = labenv.ensure(ROOT, lambda cmd: session.run(*cmd, external=True),
                            extras=LAB_EXTRAS, index_args=_torch_index_args, log=session.log)
     return str(python)
-
-
-def _gpu_labs() -> set[str]:
-    """The labs whose entry in classroom.yml has a gpu stage (read as text: no yaml here)."""
-    import re
-
-    found, lab = set(), None
-    for line in (ROOT / "classroom.yml").read_text().splitlines():
-        match = re.match(r"\s*- id:\s*(lab\d\d)\s*$", line)
-        if match:
-            lab = match.group(1)
-        elif lab and re.search(r"name:\s*gpu\b", line):
-            found.add(lab)
-    return found
 
 
 def _gpu_runner(lab: str) -> str:
@@ -149,9 +148,9 @@ def _make_lab_sessions(lab: str, has_gpu: bool) -> None:
     grade_gpu.__doc__ = f"Grade the GPU stage of {lab} (local CUDA, else Modal)."
 
 
-_GPU_LABS = _gpu_labs()
-for _lab in LABS:
-    _make_lab_sessions(_lab, _lab in _GPU_LABS)
+for _lab in MANIFEST.labs:
+    if _lab.built:
+        _make_lab_sessions(_lab.id, _lab.has_gpu)
 
 
 @nox.session
@@ -213,6 +212,17 @@ def quick(session: nox.Session) -> None:
                 "--durations=10", *session.posargs, external=True)
 
 
+@nox.session(default=False, venv_backend="none")
+def shipped(session: nox.Session) -> None:
+    """The audit that no template ships the answer to its own lab: every function a lab's export
+    ships, graded as the answer to each of its tasks (minutes per lab; ``-- -k lab01`` for one),
+    in the selftest session's environment."""
+    python = _selftest_python(session)
+    session.run(python, "-m", "pytest", str(ROOT / "tests/classroom/test_no_shipped_answer.py"),
+                "-k", "no_shipped_code", "-n", "0", "-q", "-p", "no:cacheprovider",
+                *session.posargs, env={"MSDA_SHIPPED_AUDIT": "all"}, external=True)
+
+
 @nox.session(default=False)
 def lint(session: nox.Session) -> None:
     """ruff, the direction of imports, and starters / task tables in step with their chips."""
@@ -237,6 +247,11 @@ def export(session: nox.Session) -> None:
 def regrade(session: nox.Session) -> None:
     """Regrade a student's checkout with pristine grading files: nox -s regrade -- PATH [...]."""
     _install(session)
+    # the class's insight page (jinja2, matplotlib) and --similarity (copydetect), at the pins
+    # of requirements-dev.txt
+    pins = {line.split("==")[0]: line.strip() for line in
+            (ROOT / "requirements-dev.txt").read_text().splitlines() if "==" in line}
+    session.install(*(pins[name] for name in ("jinja2", "matplotlib", "copydetect")))
     session.run("python", "-m", "msda_labs", "regrade", *session.posargs)
 
 

@@ -1,5 +1,8 @@
+import contextlib
 import os
+import shutil
 import sys
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -20,12 +23,36 @@ def pytest_collection_modifyitems(session, config, items):
     items.sort(key=lambda item: 0 if any(mark in item.nodeid for mark in LONG_FIRST) else 1)
 
 
+# Zygotes forked from warm stems (msda_labs.grading.isolation.stem): every grading run of this
+# process saves the 2.4 s a zygote takes to import torch and triton. MSDA_COLD_ZYGOTES=1 starts
+# every zygote cold, as a single grading run does.
+COLD_ZYGOTES = os.environ.get("MSDA_COLD_ZYGOTES", "") not in ("", "0")
+
+
+def pytest_configure(config):
+    """Give this process (each xdist worker) a folder of its own for zygote stems."""
+    from msda_labs.grading.isolation import stem
+
+    if not COLD_ZYGOTES and not os.environ.get(stem.STEMS_ENV):
+        os.environ[stem.STEMS_ENV] = tempfile.mkdtemp(prefix="msda-stems-")  # mode 0700
+        config._msda_stems = os.environ[stem.STEMS_ENV]
+        config._msda_stems_held = contextlib.ExitStack()  # a worker killed outright: stems end
+        config._msda_stems_held.enter_context(stem.held(config._msda_stems))
+
+
 def pytest_unconfigure(config):
     """Close this process's warm grading server (tests/gradeserver.py), if one was started, and
-    wait for it, so that its time is counted with the run's."""
+    wait for it, so that its time is counted with the run's; end this process's stems."""
     server = sys.modules.get("gradeserver")
     if server is not None:
         server.stop()
+    folder = getattr(config, "_msda_stems", None)
+    if folder:
+        from msda_labs.grading.isolation import stem
+
+        stem.stop_all(folder)
+        config._msda_stems_held.close()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _file_seconds(terminalreporter) -> dict[str, float]:

@@ -20,8 +20,8 @@ request it forks a child from that pristine image, and the child does what the r
 * a preloaded module of the kit whose file changed since the server loaded it (an edit during
   the run) makes the server refuse the run, and the client starts a new server.
 
-The child is the judge: it starts its zygotes (:mod:`msda_labs.grading.executor`) as the real
-command does, from fresh interpreters. Nothing crosses from one grading run to the next: each
+The child is the judge: it starts its zygotes (:mod:`msda_labs.grading.isolation.executor`) as the
+real command does, from fresh interpreters. Nothing crosses from one grading run to the next: each
 child is forked from the server, which never grades.
 
 A server serves one working folder and one environment as it was when the server imported:
@@ -65,18 +65,18 @@ PRELOAD = (
     "msda_labs.course.ladder",
     "msda_labs.course.manifest",
     "msda_labs.course.resolve",
-    "msda_labs.grading.compare",
-    "msda_labs.grading.diagnosis",
-    "msda_labs.grading.executor",
-    "msda_labs.grading.integrity",
-    "msda_labs.grading.judgeonly",
-    "msda_labs.grading.render",
-    "msda_labs.grading.results",
-    "msda_labs.grading.rules",
-    "msda_labs.grading.sandbox",
-    "msda_labs.grading.secret",
-    "msda_labs.grading.stage_run",
-    "msda_labs.grading.submission",
+    "msda_labs.grading.judge.compare",
+    "msda_labs.grading.judge.diagnosis",
+    "msda_labs.grading.isolation.executor",
+    "msda_labs.grading.judge.integrity",
+    "msda_labs.grading.isolation.judgeonly",
+    "msda_labs.grading.judge.render",
+    "msda_labs.grading.judge.results",
+    "msda_labs.grading.judge.rules",
+    "msda_labs.grading.isolation.sandbox",
+    "msda_labs.grading.isolation.secret",
+    "msda_labs.grading.judge.stage_run",
+    "msda_labs.grading.judge.submission",
     "msda_labs.mistakes.forward",
     "msda_labs.mistakes.gradients",
     "msda_labs.mistakes.grid_sample",
@@ -95,7 +95,8 @@ PRELOAD = (
     "msda_labs.truth.reference",
 )
 # Loaded by nobody in the server (see PRELOAD); the server refuses to serve if one is.
-NEVER_PRELOADED = ("msda_labs.grading.plugin", "msda_labs.student.runtime", "msda_labs.chips.")
+NEVER_PRELOADED = ("msda_labs.grading.judge.plugin", "msda_labs.student.runtime",
+                   "msda_labs.chips.")
 # Environment names a request may set differently from the server's own environment.
 FREE_NAMES = ("PYTEST_CURRENT_TEST",)
 FREE_PREFIXES = ("MSDA_",)

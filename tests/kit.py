@@ -133,13 +133,6 @@ def load_file_module(path: Path, name: str, *, beside: bool = False):
     return module
 
 
-class FakeSession:
-    """The part of a pytest session the timing judge writes to: its list of notes."""
-
-    def __init__(self):
-        self.notes = []
-
-
 class FakeSubmission:
     """Stands in for the grader's ``submission`` fixture in judge-side tests.
 
@@ -149,11 +142,13 @@ class FakeSubmission:
     """
 
     def __init__(self, result=None, module=None, *, source=None, lab: str | None = None):
-        self._session = FakeSession()
+        self.notes: list[str] = []  # what the judge attached to the report (add_note)
+        self.speed: list[dict] = []  # the speed records it kept (record_speed)
+        self.job = None
         self.result = result
         self.module = module
         if source is None and lab is not None:
-            from msda_labs.grading.rules import SourceInfo
+            from msda_labs.grading.judge.rules import SourceInfo
 
             source = SourceInfo.read(chip_path(lab))
         self.source = source
@@ -162,6 +157,13 @@ class FakeSubmission:
         if self.module is not None:
             return probe(self.module, *args, **kwargs)
         return self.result
+
+    def add_note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def record_speed(self, record: dict) -> None:
+        self.speed.append(dict(record))
 
 
 def made_up_timing(yours=13.0, reference=70.0, chip=12.5, method="cuda-graph", **extra) -> dict:

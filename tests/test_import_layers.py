@@ -38,14 +38,14 @@ def test_a_worker_that_imports_the_command_line_breaks_the_contracts(tmp_path):
     """The check can fail: a copy of the package whose grading plugin imports the CLI."""
     copy = tmp_path / "src" / "msda_labs"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    plugin = copy / "grading" / "plugin.py"
+    plugin = copy / "grading" / "judge" / "plugin.py"
     plugin.write_text(plugin.read_text() + "\n\ndef _late():\n    import msda_labs.cli  # noqa\n")
     proc = _lint_imports(tmp_path / "src", tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     broken = proc.stdout.split("Broken contracts", 1)[-1]
     assert "The grading worker imports neither the command line" in broken, proc.stdout
     assert "Layers: each layer imports only the layers below it" in broken, proc.stdout
-    assert "msda_labs.grading.plugin -> msda_labs.cli" in broken, proc.stdout
+    assert "msda_labs.grading.judge.plugin -> msda_labs.cli" in broken, proc.stdout
 
 
 # The lab test modules live outside the package, where import-linter does not look. They are the
@@ -92,9 +92,10 @@ def test_lab_test_modules_import_only_the_grading_core_and_the_course(tmp_path):
 # probe may use the student package and the child-side grading modules, nothing else of the kit:
 # no ground truth, no mistakes, no chip (an earlier lab's comes through msda_labs.student.earlier),
 # no judge, no test module.
-_CHILD_SIDE = ("msda_labs.student", "msda_labs.grading.probes", "msda_labs.grading.guards",
-               "msda_labs.grading.spies", "msda_labs.grading.timing", "msda_labs.grading.compare",
-               "msda_labs.grading.bigcase", "msda_labs.grading.submission")
+_CHILD_SIDE = ("msda_labs.student", "msda_labs.grading.judge.probes",
+               "msda_labs.grading.judge.guards", "msda_labs.grading.judge.spies",
+               "msda_labs.grading.speed.timing", "msda_labs.grading.judge.compare",
+               "msda_labs.grading.judge.bigcase", "msda_labs.grading.judge.submission")
 
 
 def _child_side_problems(folder: Path) -> list[str]:
@@ -110,12 +111,13 @@ def _child_side_problems(folder: Path) -> list[str]:
             for line, name in _kit_imports(path):
                 top = name.split(".")[0]
                 if top == "msda_labs":
-                    if name in ("msda_labs", "msda_labs.grading") or any(
+                    if name in ("msda_labs", "msda_labs.grading", "msda_labs.grading.judge",
+                                "msda_labs.grading.speed") or any(
                             name == ok or name.startswith(ok + ".") for ok in _CHILD_SIDE):
                         continue
                     problems.append(f"{where}:{line}: imports {name}")
                 elif (path.parent / f"{top}.py").is_file():
-                    if top.startswith(("test_", "judge_")) or top.startswith("conftest"):
+                    if top.startswith(("test_", "judge_", "truth_", "conftest")):
                         problems.append(f"{where}:{line}: imports the judge's {top}")
                     else:
                         todo.append(path.parent / f"{top}.py")
@@ -129,15 +131,15 @@ def test_probe_modules_hold_no_ground_truth(tmp_path):
     fake = tmp_path / "lab-99-x" / "tests"
     fake.mkdir(parents=True)
     (fake / "probes_lab99.py").write_text(
-        "import helper_lab99\nfrom msda_labs.grading.probes import shared_run\n"
+        "import helper_lab99\nfrom msda_labs.grading.judge.probes import shared_run\n"
         "from msda_labs.student.cases import make_inputs\n")
     (fake / "helper_lab99.py").write_text(
         "import judge_lab99\nfrom msda_labs.truth.reference import msda_reference\n"
-        "import msda_labs.chips.lab99\nfrom msda_labs.grading import plugin\n")
+        "import msda_labs.chips.lab99\nfrom msda_labs.grading.judge import plugin\n")
     (fake / "judge_lab99.py").write_text("")
     assert _child_side_problems(tmp_path) == [
         "lab-99-x/tests/helper_lab99.py:1: imports the judge's judge_lab99",
         "lab-99-x/tests/helper_lab99.py:2: imports msda_labs.truth.reference",
         "lab-99-x/tests/helper_lab99.py:2: imports msda_labs.truth.reference.msda_reference",
         "lab-99-x/tests/helper_lab99.py:3: imports msda_labs.chips.lab99",
-        "lab-99-x/tests/helper_lab99.py:4: imports msda_labs.grading.plugin"]
+        "lab-99-x/tests/helper_lab99.py:4: imports msda_labs.grading.judge.plugin"]

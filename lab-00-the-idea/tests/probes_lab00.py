@@ -14,7 +14,7 @@ in the part's own task only, and nothing the child holds is the grader's ground 
 import torch
 import torch.fx.experimental.symbolic_shapes  # noqa: F401  (see the NOTE below)
 
-from msda_labs.grading.probes import both_runs
+from msda_labs.grading.judge.probes import both_runs
 
 # NOTE: torch.autograd.grad imports torch.fx.experimental.symbolic_shapes (and sympy) the first
 # time it is given grad_outputs: 0.7-1.6 s here, paid again by every forked child. Importing it

@@ -5,8 +5,8 @@ How the layers are graded: the child process that runs your code builds your lay
 layers, so your initialisation never matters, only the submodules' names and sizes. The offsets
 those weights predict are random and non-zero (a few pixels, some reaching outside the map). The
 judge recomputes the expected output from the same weights with its own reference
-(``msda_labs.truth.layers``) and compares; when your output is exactly what a known mistake gives
-(``msda_labs.mistakes``), the feedback names it.
+(``truth_lab00.py``, which a template repository holds recorded) and compares; when your output is
+exactly what a known mistake gives, the feedback names it.
 
 Each task is graded on its own: a layer (and ``deform_attend``) runs twice, with your
 ``bilinear_sample``, ``deform_attend`` and ``msda``, and with stand-ins of the grader's that read
@@ -20,15 +20,18 @@ import pytest
 import torch
 from judge_lab00 import expect_either
 from probes_lab00 import probe_function, smooth_sample
-
-from msda_labs.grading import expect_close
-from msda_labs.grading.rules import watch_untouched
-from msda_labs.mistakes import pixel_reads
-from msda_labs.mistakes.grid_sample import (
+from truth_lab00 import (
     attend_variants,
+    bilinear_sample_grads,
     bilinear_sample_variants,
     msda_call_variants,
+    msda_reference,
+    pixel_reads,
+    reference_grads,
 )
+
+from msda_labs.grading import expect_close
+from msda_labs.grading.judge.rules import watch_untouched
 from msda_labs.truth.cases import (
     MULTI_LEVEL,
     STANDARD_CASES,
@@ -36,12 +39,7 @@ from msda_labs.truth.cases import (
     make_inputs,
     seeded_generator,
 )
-from msda_labs.truth.layers import bilinear_sample
-from msda_labs.truth.reference import msda_reference, reference_grads
 
-LAB = "lab00"
-TITLE = "The idea"
-MODE = "cpu"
 TASKS = {
     "0.1": "bilinear_sample",
     "0.2": "deform_attend",
@@ -77,7 +75,7 @@ def _expect_calls(submission, name, args, want, message, ref, dtype=torch.float6
                       f"is right")
     # The count is made in your process, where a module could hide calls from it: it earns the
     # point only where the judge reads in your source that nothing can (grid_sample reached as
-    # F.grid_sample, and nothing that reaches a watch: msda_labs.grading.rules.tamper_uses).
+    # F.grid_sample, and nothing that reaches a watch: msda_labs.grading.judge.rules.tamper_uses).
     watch_untouched(submission.source, f"the count of grid_sample calls of {name}",
                     names=("grid_sampler",))
 
@@ -132,9 +130,7 @@ def test_bilinear_gradients(submission):
     img, points = image_and_points(gen, (4, 5, 2), 8, (5.6, 4.6), -0.8)
     grad_out = torch.randn(8, 2, generator=gen, dtype=torch.float64)
     result = submission.run(probe_function, "bilinear_sample", (img, points), grad_out=grad_out)
-    img_ref, points_ref = img.clone().requires_grad_(), points.clone().requires_grad_()
-    refs = torch.autograd.grad(bilinear_sample(img_ref, points_ref), [img_ref, points_ref],
-                               grad_out)
+    refs = bilinear_sample_grads(img, points, grad_out)
     expect_grads(result, refs, ["gradient of bilinear_sample (4x5x2 image, 8 points) with "
                                 "respect to img",
                                 "gradient of bilinear_sample with respect to points"],
@@ -149,7 +145,7 @@ def test_bilinear_one_grid_sample_no_loop(submission):
     _expect_calls(submission, "bilinear_sample", (img, points), 1,
                   "rule: bilinear_sample must read all N points with one F.grid_sample call; "
                   "reading 40 points made {calls} calls", pixel_reads(img, points))
-    loops = submission.source.loops("bilinear_sample")
+    loops = submission.source.loops("bilinear_sample", graded_apart=TASKS.values())
     if loops:
         raise AssertionError(f"rule: bilinear_sample must not loop (no for/while or "
                              f"comprehension); there is one at line {loops[0].lineno}")
@@ -168,21 +164,29 @@ def _attend_case(seed, H, W, D, Q, K, softmaxed):
 def _expect_attend(submission, value, points, weights, what):
     # Your deform_attend with the grader's stand-in bilinear_sample, and with yours: either must
     # match (a bug in your bilinear_sample is Task 0.1's).
+    # The stand-in run counts only when your deform_attend read the points through the
+    # bilinear_sample it was given: one that reads the map itself the stand-in's way answers
+    # nothing of Task 0.2.
     Q, K, _ = points.shape
     result = submission.run(probe_function, "deform_attend", (value, points, weights),
                             stand_ins=("bilinear_sample",))
 
-    def against(samples):
+    def against(samples, stand_in):
+        variants = attend_variants(value, points, weights, samples)  # taken before either check
+
         def check(run):
+            if stand_in and not run.get("sample_calls"):
+                raise AssertionError(f"{what}: deform_attend must read its points with "
+                                     f"bilinear_sample; with the grader's stand-in "
+                                     f"bilinear_sample it made no call")
             expect_close(run.get("out"), (weights.unsqueeze(-1) * samples).sum(1), what=what,
-                         dtype=torch.float64, expect_dtype=torch.float64,
-                         variants=attend_variants(value, points, weights, samples))
+                         dtype=torch.float64, expect_dtype=torch.float64, variants=variants)
 
         return check
 
     flat = points.reshape(Q * K, 2)
-    expect_either(result, against(smooth_sample(value, flat).reshape(Q, K, -1)),
-                  against(pixel_reads(value, flat).reshape(Q, K, -1)))
+    expect_either(result, against(smooth_sample(value, flat).reshape(Q, K, -1), True),
+                  against(pixel_reads(value, flat).reshape(Q, K, -1), False))
 
 
 @pytest.mark.task("0.2", points=2)
@@ -205,7 +209,8 @@ def test_deform_attend_uses_weights_as_given(submission):
 def test_deform_attend_one_sampling_call(submission):
     # Read off your source by the judge: no loop in deform_attend. Counted in your process, with
     # the grader's stand-in bilinear_sample: one call for the 5 x 3 points.
-    loops = submission.source.loops("deform_attend")
+    # bilinear_sample is Task 0.1's, graded apart: a loop there costs that task's point alone.
+    loops = submission.source.loops("deform_attend", graded_apart=TASKS.values())
     if loops:
         raise AssertionError(f"rule: deform_attend must read all Q * K points with one "
                              f"bilinear_sample call, without a loop (for/while or "

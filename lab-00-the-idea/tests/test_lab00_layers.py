@@ -1,56 +1,37 @@
 """Grading tests of lab 00's layers (tasks 0.3, 0.4, 0.6). Run them with `nox -s lab00`.
 
 Each layer is built in the child from your class, loaded with the test's seeded weights and run
-(``probes_lab00.probe_layer``); the judge recomputes it in float64 with ``msda_labs.truth.layers``
-and names a familiar mistake when your output is exactly its output (``msda_labs.mistakes.layers``).
+(``probes_lab00.probe_layer``); the judge recomputes it in float64 (``truth_lab00.py``, which a
+template repository holds recorded) and names a familiar mistake when your output is exactly its
+output.
 The layer runs twice, with stand-ins for its parts and with yours, and passes when either run
 matches the reference computed the same way (``judge_lab00``).
 """
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
 import torch
-from judge_lab00 import expect_either, stand_in_steps
+from judge_lab00 import expect_either
 from probes_lab00 import probe_layer
-from test_lab00_idea import LAB, MODE, NO_GRADIENT, TASKS, TITLE, expect_grads
+from test_lab00_idea import NO_GRADIENT, TASKS, expect_grads
+from truth_lab00 import layer_collapsed, layer_grads, layer_reference, layer_variants
 
 from msda_labs.grading import expect_close, expect_tensor
-from msda_labs.mistakes.layers import (
-    CROSS_MISTAKES,
-    MSDA_LAYER_MISTAKES,
-    SELF_MISTAKES,
-    layer_variants,
-)
-from msda_labs.truth.cases import seeded_generator
-from msda_labs.truth.layers import (
-    LAYER_SPEC,
-    Layer,
-    LayerSteps,
-    collapsed_attention,
-    collapsed_cross_attention,
-    collapsed_msda_attention,
-    deformable_attention,
-    deformable_cross_attention,
-    layer_state,
-    msda_cross_attention,
-)
+from msda_labs.truth.cases import Layer, layer_state, seeded_generator
 
-__all__ = ["LAB", "MODE", "TASKS", "TITLE"]  # the lab's declarations live in test_lab00_idea.py
+__all__ = ["TASKS"]  # the lab's tasks are declared in test_lab00_idea.py
 SOLO = ("bilinear_sample", "deform_attend")  # the parts replaced by stand-ins in one run
 
 
 @dataclass(frozen=True)
 class Kind:
-    """One graded layer class: how to build its inputs, call it and recompute it."""
+    """One graded layer class: how to build its inputs and call it (the judge's truth computes
+    it by the class name, ``truth_lab00``)."""
 
     cls: str
-    mistakes: tuple
     parts: tuple
     input_names: tuple
-    reference: Callable  # (float64 weights, layer, float64 inputs, steps) -> output
-    collapsed: Callable  # (float64 weights, layer, float64 inputs) -> output, predictors zeroed
     grad_hint: str = NO_GRADIENT
 
     def init_args(self, layer: Layer) -> tuple:
@@ -58,18 +39,10 @@ class Kind:
         return (layer.C, layer.M, *levels, layer.K)
 
 
-SELF = Kind("DeformableAttention", SELF_MISTAKES, SOLO, ("x",),
-            lambda s, ly, t, steps: deformable_attention(s, *t, ly.M, ly.K, steps),
-            lambda s, ly, t: collapsed_attention(s, *t),
+SELF = Kind("DeformableAttention", SOLO, ("x",),
             "without it the layer cannot learn where to look; " + NO_GRADIENT)
-CROSS = Kind("DeformableCrossAttention", CROSS_MISTAKES, SOLO,
-             ("query", "reference_points", "value"),
-             lambda s, ly, t, steps: deformable_cross_attention(s, *t, ly.M, ly.K, steps),
-             lambda s, ly, t: collapsed_cross_attention(s, *t))
-MSDA = Kind("MSDACrossAttention", MSDA_LAYER_MISTAKES, (*SOLO, "msda"),
-            ("query", "reference_points", "value"),
-            lambda s, ly, t, steps: msda_cross_attention(s, *t, ly.M, ly.L, ly.K, steps),
-            lambda s, ly, t: collapsed_msda_attention(s, *t, ly.M, ly.L, ly.K))
+CROSS = Kind("DeformableCrossAttention", SOLO, ("query", "reference_points", "value"))
+MSDA = Kind("MSDACrossAttention", (*SOLO, "msda"), ("query", "reference_points", "value"))
 
 SELF_LAYERS = (
     Layer("two_heads", C=8, M=2, K=3, B=2, shapes=((5, 6),), seed=130),
@@ -104,27 +77,6 @@ def _setup(kind: Kind, layer: Layer, zero_predictors=False):
 def _run(submission, kind, layer, state, inputs, **kwargs):
     return submission.run(probe_layer, kind.cls, kind.init_args(layer), state, inputs,
                           stand_ins=kind.parts, **kwargs)
-
-
-def _double(state):
-    return {name: t.double() for name, t in state.items()}
-
-
-def _as64(inputs):
-    return [t.double() if t.is_floating_point() else t for t in inputs]
-
-
-def _stand_in_reference(kind):
-    """``kind.reference`` with the points read by the child's stand-in reader."""
-    def reference(s, ly, t, steps: LayerSteps = LAYER_SPEC):
-        return kind.reference(s, ly, t, stand_in_steps(steps))
-
-    return reference
-
-
-def _variants(kind, layer, state, inputs, stand_in=False):
-    reference = _stand_in_reference(kind) if stand_in else kind.reference
-    return layer_variants(reference, kind.mistakes, _double(state), layer, _as64(inputs))
 
 
 def _expect_structure(result, state, what, exact=False):
@@ -166,19 +118,20 @@ def _check_structure_and_shape(submission, kind):
     # ignores its input (zeros, the input echoed) is not a layer.
     _expect_both_ways(result, kind, layer, state, inputs,
                       f"{what} on {on}: the right structure and shape, and the right output",
-                      kind.reference(_double(state), layer, _as64(inputs), LAYER_SPEC))
+                      layer_reference(kind.cls, layer, state, inputs, False))
 
 
 def _expect_both_ways(result, kind, layer, state, inputs, what, own_reference):
     """The stand-in run against the reference read the stand-in's way, or your own run against
-    ``own_reference`` (the spec)."""
-    s, t = _double(state), _as64(inputs)
+    ``own_reference`` (the spec). Every expected value is taken before either check runs."""
+    stand_in_reference = layer_reference(kind.cls, layer, state, inputs, True)
+    stand_in_variants = layer_variants(kind.cls, layer, state, inputs, True)
+    own_variants = layer_variants(kind.cls, layer, state, inputs, False)
     expect_either(
         result,
-        lambda run: _expect_layer(run, _stand_in_reference(kind)(s, layer, t), state, what,
-                                  layer, _variants(kind, layer, state, inputs, stand_in=True)),
-        lambda run: _expect_layer(run, own_reference, state, what, layer,
-                                  _variants(kind, layer, state, inputs)))
+        lambda run: _expect_layer(run, stand_in_reference, state, what, layer,
+                                  stand_in_variants),
+        lambda run: _expect_layer(run, own_reference, state, what, layer, own_variants))
 
 
 def _check_collapse(submission, kind, layer, what):
@@ -186,7 +139,7 @@ def _check_collapse(submission, kind, layer, what):
     result = _run(submission, kind, layer, state, inputs)
     _expect_both_ways(result, kind, layer, state, inputs,
                       f"{kind.cls} with offset_proj and weight_proj zeroed ({what})",
-                      kind.collapsed(_double(state), layer, _as64(inputs)))
+                      layer_collapsed(kind.cls, layer, state, inputs))
 
 
 def _check_random_offsets(submission, kind, layer):
@@ -194,16 +147,7 @@ def _check_random_offsets(submission, kind, layer):
     result = _run(submission, kind, layer, state, inputs)
     _expect_both_ways(result, kind, layer, state, inputs,
                       f"{kind.cls} with random non-zero offsets",
-                      kind.reference(_double(state), layer, _as64(inputs), LAYER_SPEC))
-
-
-def _reference_grads(kind, layer, state, inputs, grad_out, reference):
-    s = _double(state)
-    s["offset_proj.weight"].requires_grad_()
-    leaves = [t.double().requires_grad_() for t in inputs if t.is_floating_point()]
-    out = reference(s, layer, leaves + [t for t in inputs if not t.is_floating_point()],
-                    LAYER_SPEC)
-    return torch.autograd.grad(out, [s["offset_proj.weight"], *leaves], grad_out.double())
+                      layer_reference(kind.cls, layer, state, inputs, False))
 
 
 def _check_gradients(submission, kind, layer):
@@ -214,8 +158,8 @@ def _check_gradients(submission, kind, layer):
     whats = [f"{kind.cls}: gradient reaching {n}"
              for n in ("offset_proj.weight", *kind.input_names)]
 
-    def check(reference):
-        refs = _reference_grads(kind, layer, state, inputs, grad_out, reference)
+    def check(stand_in):
+        refs = layer_grads(kind.cls, layer, state, inputs, grad_out, stand_in)
 
         def against(run):
             _expect_structure(run, state, kind.cls)
@@ -223,7 +167,7 @@ def _check_gradients(submission, kind, layer):
 
         return against
 
-    expect_either(result, check(_stand_in_reference(kind)), check(kind.reference))
+    expect_either(result, check(True), check(False))
 
 
 # == Task 0.3: DeformableAttention ================================================================

@@ -12,12 +12,19 @@ run-time sighting of library interpolation costs points, but its silence earns n
 
 import pytest
 import torch
-from probes_lab01 import call_watched, sample_many
+from probes_lab01 import call_watched, naive_both_ways, sample_many, smooth_msda
 
 from msda_labs.grading import expect_close
-from msda_labs.grading.rules import indirect_uses
-from msda_labs.grading.spies import INTERPOLATION_OPS
-from msda_labs.mistakes import msda_variants, pixel_reads, pixel_variants
+from msda_labs.grading.judge.probes import expect_either
+from msda_labs.grading.judge.rules import indirect_uses
+from msda_labs.grading.judge.spies import INTERPOLATION_OPS
+from msda_labs.mistakes import (
+    FORWARD_MISTAKES,
+    LAYOUT_MISTAKES,
+    msda_variants,
+    pixel_reads,
+    pixel_variants,
+)
 from msda_labs.truth.cases import (
     STANDARD_CASES,
     image_and_points,
@@ -26,9 +33,6 @@ from msda_labs.truth.cases import (
 )
 from msda_labs.truth.reference import msda_reference
 
-LAB = "lab01"
-TITLE = "The spec"
-MODE = "cpu"
 TASKS = {"1.1": "bilinear_sample", "1.2": "msda_naive_student"}
 
 # Library interpolation would make the spec a copy of the reference, not a definition.
@@ -37,7 +41,7 @@ BANNED = ("grid_sample", "interpolate", "grid_sampler")
 
 def _check_rules(submission, name):
     for banned in BANNED:
-        if submission.source.calls(name, banned):
+        if submission.source.calls(name, banned, graded_apart=TASKS.values()):
             raise AssertionError(f"rule: {name} must be plain loops and arithmetic; it calls "
                                  f"{banned}(), which is what it is graded against")
     uses = indirect_uses(submission.source, INTERPOLATION_OPS)
@@ -134,7 +138,7 @@ def _reads(submission, img, points, what):
     res = submission.run(sample_many, img, points, _sent(knots))
     _check_ran(res, "bilinear_sample")
     expect_close(res["out"], pixel_reads(img, points), what=what, dtype=torch.float64,
-                 variants=pixel_variants(img, points))
+                 expect_dtype=torch.float64, variants=pixel_variants(img, points))
     _check_knots(res, torch.float64, knots)
     _check_rules(submission, "bilinear_sample")
 
@@ -206,26 +210,52 @@ def test_bilinear_keeps_dtype_and_shape(submission):
     _check_rules(submission, "bilinear_sample")
 
 
+# Task 1.2 is graded apart from Task 1.1: msda_naive_student runs twice, with a stand-in reader
+# of the grader's in place of your bilinear_sample (probes_lab01.smooth_sample: every pixel
+# weighed by a Gaussian of its distance to the point; it answers no task) and with yours. It passes
+# when either run matches its reference, so a bug in bilinear_sample costs Task 1.1 only.
+STAND_IN_NOTE = ("graded with the grader's stand-in reader in place of your bilinear_sample, so "
+                 "that a bug in bilinear_sample counts in Task 1.1 only")
+
+
+def _check_naive(submission, args, reference, stand_in_reference, *, dtype, what, case,
+                 variants=None):
+    res = submission.run(naive_both_ways, *args)
+    if not isinstance(res, dict) or "stand_in" not in res:
+        raise AssertionError(f"{what}: the probe's result has the wrong form")
+    for run in (res["stand_in"], res["own"]):
+        if isinstance(run, dict) and "forbidden" in run:
+            _check_ran(run, "msda_naive_student")
+
+    def against(expected, extra):
+        def check(run):
+            expect_close(run["out"], expected, dtype=dtype, expect_dtype=dtype, what=what,
+                         case=case, **extra)
+        return check
+
+    expect_either(res, against(stand_in_reference, {}),
+                  against(reference, {"variants": variants} if variants else {}),
+                  note=STAND_IN_NOTE)
+    _check_rules(submission, "msda_naive_student")
+
+
 @pytest.mark.task("1.2", points=2)
 @pytest.mark.parametrize("case", STANDARD_CASES, ids=lambda c: c.id)
 @pytest.mark.rule("xy-order", "level-starts", "half-pixel")
 def test_naive_matches_reference(submission, case):
     inputs = make_inputs(case, torch.float64)
     value, shapes, _starts, loc, attn = inputs
-    res = submission.run(call_watched, "msda_naive_student", value, shapes, loc, attn)
-    _check_ran(res, "msda_naive_student")
-    expect_close(res["out"], msda_reference(value, shapes, loc, attn), dtype=torch.float64,
-                 what="msda_naive_student", case=case.describe(), variants=msda_variants(inputs))
-    _check_rules(submission, "msda_naive_student")
+    _check_naive(submission, (value, shapes, loc, attn), msda_reference(value, shapes, loc, attn),
+                 smooth_msda(value, shapes, loc, attn), dtype=torch.float64,
+                 what="msda_naive_student", case=case.describe(),
+                 variants=lambda: msda_variants(inputs, FORWARD_MISTAKES + LAYOUT_MISTAKES))
 
 
 @pytest.mark.task("1.2", points=1)
 def test_naive_keeps_dtype(submission):
     case = STANDARD_CASES[0]
     value, shapes, _starts, loc, attn = make_inputs(case, torch.float32)
-    res = submission.run(call_watched, "msda_naive_student", value, shapes, loc, attn)
-    _check_ran(res, "msda_naive_student")
-    expect_close(res["out"], msda_reference(value.double(), shapes, loc.double(), attn.double()),
-                 dtype=torch.float32, expect_dtype=torch.float32,
+    wide = (value.double(), shapes, loc.double(), attn.double())
+    _check_naive(submission, (value, shapes, loc, attn), msda_reference(*wide),
+                 smooth_msda(*wide), dtype=torch.float32,
                  what="msda_naive_student on float32 inputs", case=case.describe())
-    _check_rules(submission, "msda_naive_student")

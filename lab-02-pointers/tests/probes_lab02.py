@@ -3,7 +3,7 @@
 Results come back as plain data: ``as_int`` / ``as_bool`` describe what a function returned
 without trusting its type, and :class:`Watch` records how ``flat_msda`` touches its tensors:
 every call of ``flat_msda`` runs watched, also for the interpolation operators that ran
-(``msda_labs.grading.spies.ForbiddenOps``) and for whether it read ``value`` through its flat
+(``msda_labs.grading.judge.spies.ForbiddenOps``) and for whether it read ``value`` through its flat
 view at all.
 """
 
@@ -11,7 +11,7 @@ view at all.
 import torch
 from torch.overrides import TorchFunctionMode
 
-from msda_labs.grading.spies import CountLines, ForbiddenOps
+from msda_labs.grading.judge.spies import CountLines, ForbiddenOps
 from msda_labs.student.cases import make_inputs
 
 

@@ -10,7 +10,7 @@ bug costs points once, and no ground truth reaches the child.
 
 from probes_lab03 import stand_in_efficiency
 
-from msda_labs.grading import probes
+from msda_labs.grading.judge import probes
 from msda_labs.student import memsim
 
 __all__ = ["STAND_IN_NOTE", "expect_either", "stand_in_speedup"]
@@ -28,5 +28,5 @@ def stand_in_speedup(n_queries=256, D=32, itemsize=2, seed=0) -> float:
 
 def expect_either(result, check_stand_in, check_own) -> None:
     """The stand-in run passes ``check_stand_in`` or your own run ``check_own``
-    (:func:`msda_labs.grading.probes.expect_either`)."""
+    (:func:`msda_labs.grading.judge.probes.expect_either`)."""
     probes.expect_either(result, check_stand_in, check_own, note=STAND_IN_NOTE)

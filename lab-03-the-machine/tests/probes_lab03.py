@@ -9,7 +9,7 @@ reference both ways and a test passes when either run matches (``judge_lab03.py`
 
 import numpy as np
 
-from msda_labs.grading.probes import both_runs
+from msda_labs.grading.judge.probes import both_runs
 from msda_labs.student.memsim import SECTOR_BYTES
 
 

@@ -1,7 +1,9 @@
 """Grading tests of lab 03 (the machine). Run them with `nox -s lab03`.
 
-The child runs your functions through ``probes_lab03.py``; the judge compares with
-``msda_labs.truth.memory`` and names a familiar mistake from ``msda_labs.mistakes.memory``.
+The child runs your functions through ``probes_lab03.py``; the judge compares with the sector
+counts below (checked in the kit's tests against an independent count), the minimum bytes of
+``msda_labs.truth.traffic`` and the tiling advantage of ``truth_lab03.py`` (recorded in a template
+repository), and names a familiar mistake from ``msda_labs.mistakes.memory``.
 ``efficiency`` and ``tiling_speedup`` are graded apart from the functions they build on: each runs
 with stand-ins for those and with yours, and passes when either run matches (``judge_lab03.py``).
 """
@@ -12,15 +14,13 @@ import numpy as np
 import pytest
 from judge_lab03 import expect_either, stand_in_speedup
 from probes_lab03 import efficiencies, min_bytes, sector_counts, speedups, stand_in_sectors
+from truth_lab03 import tiling_speedup
 
 from msda_labs.mistakes.memory import BYTES, EFFICIENCY, SECTORS
 from msda_labs.student import memsim
 from msda_labs.student.memsim import SECTOR_BYTES, AccessPattern
-from msda_labs.truth.memory import DEFAULT_SIZES, forward_bytes, tiling_speedup
+from msda_labs.truth.traffic import DEFAULT_SIZES, forward_bytes
 
-LAB = "lab03"
-TITLE = "The machine"
-MODE = "cpu"
 TASKS = {"3.1": "sectors_touched, efficiency", "3.2": "forward_min_bytes",
          "3.3": "tiling_speedup"}
 
@@ -71,7 +71,7 @@ def _check_sectors(submission, ids, what):
             raise AssertionError(f"{where} must return an int, got {got}")
         if got == ref:
             continue
-        msg = f"{where} = {got:g}, expected {ref}"
+        msg = f"{where} = {_count(got)}, expected {ref}"
         here = [m.why for m in SECTORS.entries() if m.plant(p) != ref and got == m.plant(p)]
         named = [e for e in everywhere if e in here]
         named = named if len(named) == 1 else here
@@ -104,6 +104,13 @@ def test_sectors_touched_masked_lanes(submission):
     _check_sectors(submission, ("contiguous_100_lanes", "handmade", "query_block_D40",
                                 "point_parallel_D40"),
                    "partial and masked warps, rows not aligned to sectors")
+
+
+def _count(value) -> str:
+    """A count as a student reads it: whole numbers in full (63,761,152, not 6.37612e+07)."""
+    if isinstance(value, (int, np.integer)) or (isinstance(value, float) and value.is_integer()):
+        return f"{int(value):,}"
+    return f"{value:g}"
 
 
 def _results(run, n: int, what: str) -> list:
@@ -221,22 +228,29 @@ def _check_speedups(submission, calls, what):
                     continue
                 msg = f"{where} = {got:.6g}, expected {ref:.6g}"
                 if got and math.isclose(1 / got, ref, rel_tol=1e-9):
-                    msg += ("; this is exactly point-parallel over query-block, upside down: the "
-                            "advantage of query-block is efficiency(query-block) / "
+                    msg += ("; this is a ratio upside down: point-parallel over query-block, "
+                            "where the advantage of query-block is efficiency(query-block) / "
                             "efficiency(point)")
                 elif math.isclose(got, speedup(), rel_tol=1e-9):
-                    msg += ("; this is the answer for the defaults: build the patterns from the "
-                            "arguments")
+                    msg += ("; this is a hard-coded answer: the answer for the defaults, whatever "
+                            "the arguments; build the patterns from the arguments")
                 raise AssertionError(msg)
 
         return check
 
-    expect_either(res, against(stand_in_speedup), against(tiling_speedup))
+    # The truth of every call (and of the defaults, which name a hard-coded answer) is taken
+    # before either check runs, whichever run passes: a template holds it recorded for exactly
+    # these calls.
+    truth = {tuple(sorted(kw.items())): tiling_speedup(**kw) for kw in [*calls, {}]}
+    expect_either(res, against(stand_in_speedup),
+                  against(lambda **kw: truth[tuple(sorted(kw.items()))]))
 
 
 @pytest.mark.task("3.3", points=1)
 def test_tiling_speedup_defaults(submission):
-    _check_speedups(submission, [{}], "fp16, D = 32, 256 queries")
+    # The defaults' answer (16.0) earns this point only from a function that follows its
+    # arguments: the same call at D = 8, whose answer is 8.0, comes with it.
+    _check_speedups(submission, [{}, {"D": 8}], "fp16, D = 32 (then D = 8), 256 queries")
 
 
 @pytest.mark.task("3.3", points=2)

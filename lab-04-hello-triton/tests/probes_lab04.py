@@ -2,13 +2,13 @@
 
 Each probe launches the student's kernel itself, with the signature the lab fixes, into an output
 between guard bands pre-filled with the sentinel, and returns the whole flat buffer; inputs sit
-between guard bands too (msda_labs.grading.guards says what guards and sentinels catch). The guard
-sizes are shared with the judge, which needs them to unpack the buffer.
+between guard bands too (msda_labs.grading.judge.guards says what guards and sentinels catch). The
+guard sizes are shared with the judge, which needs them to unpack the buffer.
 """
 
 import torch
 
-from msda_labs.grading.guards import between_guards, cdiv, pow2, sentinel_buffer
+from msda_labs.grading.judge.guards import between_guards, cdiv, pow2, sentinel_buffer
 from msda_labs.student import runtime
 
 IN_GUARD = 16  # guard band around each input

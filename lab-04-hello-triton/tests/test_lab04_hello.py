@@ -7,19 +7,19 @@ sit between guard bands too, so a stray read returns NaN (or, for indices, a har
 of whatever memory lies there. Here, the judge: cases, the buffers' checks, the comparisons.
 """
 
+import math
+
 import probes_lab04 as probes
 import pytest
 import torch
 
 from msda_labs.grading import expect_close
-from msda_labs.grading.guards import check_sentinel_buffer, literal, run_probe
+from msda_labs.grading.judge.guards import check_sentinel_buffer, literal, run_probe
 from msda_labs.mistakes import msda_variants
+from msda_labs.student.cases import tolerance
 from msda_labs.truth.cases import Case, make_inputs, seeded_generator
 from msda_labs.truth.reference import msda_reference
 
-LAB = "lab04"
-TITLE = "Hello, Triton"
-MODE = "interpret"
 TASKS = {"4.1": "copy2d_kernel", "4.2": "gather_kernel", "4.3": "bilinear_kernel"}
 
 _CRASH_HINT = ("in the interpreter a crash is almost always a load or store at a wild address "
@@ -30,27 +30,44 @@ def _run(submission, probe, *args):
     return run_probe(submission, probe, *args, hint=_CRASH_HINT)
 
 
+def _inside_right(buf, shape, dtype, guard: int, expected) -> bool:
+    """Whether every element inside ``out`` holds its expected value (to half precision), read
+    off the buffer before the guard bands are judged: an unmasked tail leaves them right, and
+    offsets computed wrongly (a row stride of R or BLOCK_C, BLOCK_D for D) do not."""
+    n = math.prod(shape)
+    if expected is None or not isinstance(buf, torch.Tensor) or buf.dtype != dtype \
+            or buf.numel() != n + 2 * guard:
+        return True
+    inside = buf[guard:guard + n].view(shape).double()
+    return bool(torch.isclose(inside, expected.double(), rtol=1e-2, atol=1e-2).all())
+
+
 def _unpack(buf, shape, dtype, guard: int, *, where: str, overrun_hint: str,
-            unwritten_hint: str) -> torch.Tensor:
-    """Check the guard bands and that every element was written; return the output."""
+            unwritten_hint: str, expected: torch.Tensor, rtol: float = 0.0,
+            atol: float = 0.0) -> torch.Tensor:
+    """Check the guard bands and that every element was written; return the output. A write past
+    the end is called an unmasked tail only when every in-bounds element is right."""
     return check_sentinel_buffer(
-        buf, shape, dtype, guard, label=where,
-        past_end=("the kernel wrote {count} elements past the end of out (the nearest {gap}); "
-                  + literal(overrun_hint)),
+        buf, shape, dtype, guard, label=where, expected=expected, rtol=rtol, atol=atol,
+        tail=overrun_hint,
+        past_end="the kernel wrote {count} elements past the end of out (the nearest {gap})",
         before_start="the kernel wrote before the start of out; an offset went negative",
         unwritten=("{count} of {n} output elements were never written (first at {at}); "
                    + literal(unwritten_hint)))
 
 
 # -- Task 4.1: 2-D tile copy ----------------------------------------------------------------------
-_ROW_MASK = ("an unmasked tail: the rows past R of the bottom tiles were stored; the mask must "
-             "include offs_r < R")
-_COL_MASK = ("an unmasked tail: the columns past C of the right-hand tiles were stored; the mask "
-             "must include offs_c < C")
-_BOTH_MASKS = ("an unmasked tail (the mask must be (offs_r < R)[:, None] & (offs_c < C)[None, :] "
-               "on the load and on the store) or offsets other than r * C + c")
+_ROW_MASK = ("this is an unmasked tail: the rows past R of the bottom tiles were stored; the mask "
+             "must include offs_r < R")
+_COL_MASK = ("this is an unmasked tail: the columns past C of the right-hand tiles were stored; "
+             "the mask must include offs_c < C")
+_BOTH_MASKS = ("an unmasked tail: rows past R or columns past C were stored; the mask must be "
+               "(offs_r < R)[:, None] & (offs_c < C)[None, :] on the load and on the store")
 _COPY_UNWRITTEN = ("check that element (r, c) is at offset r * C + c (C, not BLOCK_C, is the "
                    "distance between rows) and that the tiles cover the whole matrix")
+_COPY_OFFSETS = ("the elements inside out are wrong as well, so this is not only a mask: the "
+                 "offsets are wrong; element (r, c) is at r * C + c (C, the number of columns, is "
+                 "the distance between rows: not R, not BLOCK_C)")
 
 
 def _check_copy(submission, shape, block_r, block_c, dtype=torch.float32, *, seed: int,
@@ -60,7 +77,7 @@ def _check_copy(submission, shape, block_r, block_c, dtype=torch.float32, *, see
     where = (f"copy2d_kernel on a {shape[0]}x{shape[1]} {str(dtype).replace('torch.', '')} "
              f"matrix with {block_r}x{block_c} tiles")
     res = _unpack(buf, shape, dtype, probes.copy_guard(block_r, block_c), where=where,
-                  overrun_hint=overrun_hint, unwritten_hint=_COPY_UNWRITTEN)
+                  overrun_hint=overrun_hint, unwritten_hint=_COPY_UNWRITTEN, expected=x)
     expect_close(res, x, what=where, rtol=0.0, atol=0.0)
 
 
@@ -92,8 +109,8 @@ def test_copy_tile_larger_than_matrix_fp16(submission):
 
 
 # -- Task 4.2: gather -----------------------------------------------------------------------------
-_GATHER_OVERRUN = ("an unmasked tail: lanes past n of the last block were stored; store under "
-                   "the mask offs < n")
+_GATHER_OVERRUN = ("this is an unmasked tail: lanes past n of the last block were stored; store "
+                   "under the mask offs < n")
 _GATHER_UNWRITTEN = "out[i] must be written for every i < n: store at out_ptr + offs"
 
 
@@ -102,7 +119,8 @@ def _check_gather(submission, src, idx, block, *, what, variants=None):
     where = (f"gather_kernel with {src.numel()} values, {idx.numel()} indices and "
              f"BLOCK={block} ({what})")
     res = _unpack(buf, (idx.numel(),), src.dtype, probes.gather_guard(block), where=where,
-                  overrun_hint=_GATHER_OVERRUN, unwritten_hint=_GATHER_UNWRITTEN)
+                  overrun_hint=_GATHER_OVERRUN, unwritten_hint=_GATHER_UNWRITTEN,
+                  expected=src[idx])
     expect_close(res, src[idx], what=where, rtol=0.0, atol=0.0, variants=variants)
 
 
@@ -138,11 +156,15 @@ def test_gather_is_not_a_scatter(submission):
 
 
 # -- Task 4.3: bilinear sampling ------------------------------------------------------------------
-_Q_OVERRUN = ("an unmasked tail: rows past Q of the last query block were stored; the store "
-              "mask must include mask_q")
-_QD_OVERRUN = ("an unmasked tail: the store mask must be mask_q[:, None] & mask_d[None, :], so "
-               "that neither queries past Q nor channels past D are written")
+_Q_OVERRUN = ("this is an unmasked tail: rows past Q of the last query block were stored; the "
+              "store mask must include mask_q")
+_QD_OVERRUN = ("this is an unmasked tail: the store mask must be mask_q[:, None] & "
+               "mask_d[None, :], so that neither queries past Q nor channels past D are written")
 _BILINEAR_UNWRITTEN = "out[q, d] sits at offset q * D + d: store every (q < Q, d < D)"
+_BILINEAR_OFFSETS = ("the outputs inside out are wrong as well, so this is not only a mask: an "
+                     "offset is wrong; out[q, d] sits at q * D + d, and pixel (row, col) of the "
+                     "image at (row * W + col) * D (D, not BLOCK_D, is the distance between two "
+                     "pixels)")
 
 
 def _image_case(case: Case, dtype=torch.float32):
@@ -166,10 +188,12 @@ def _check_bilinear(submission, case: Case, block_q: int, dtype=torch.float32, *
     elif case.loc_lo < 0 or case.loc_hi > 1:
         where += f" in [{case.loc_lo:g}, {case.loc_hi:g}) (some outside the image)"
     where += f", BLOCK_Q={block_q}"
-    res = _unpack(buf, (Q, D), dtype, probes.bilinear_guard(block_q, D), where=where,
-                  overrun_hint=overrun_hint, unwritten_hint=_BILINEAR_UNWRITTEN)
     value, shapes, _starts, loc6, ones = inputs
     ref = msda_reference(value.double(), shapes, loc6.double(), ones.double()).reshape(Q, D)
+    rtol, atol = tolerance(dtype)
+    res = _unpack(buf, (Q, D), dtype, probes.bilinear_guard(block_q, D), where=where,
+                  overrun_hint=overrun_hint, unwritten_hint=_BILINEAR_UNWRITTEN, expected=ref,
+                  rtol=rtol, atol=atol)
     variants = {name: (out.reshape(Q, D), why)
                 for name, (out, why) in msda_variants(inputs).items()}
     expect_close(res, ref, what=where, dtype=dtype, variants=variants)

@@ -2,7 +2,7 @@
 the helper must return on them, and the known mistakes that feedback names.
 
 The inputs are drawn here and handed to the probes as tensors; the child that runs the student's
-helper never sees an expected value. Also the lab's identity (LAB, TITLE, MODE, TASKS), which
+helper never sees an expected value. Also the lab's tasks (TASKS), which
 both test modules declare.
 """
 
@@ -18,9 +18,6 @@ from msda_labs.mistakes.forward import MISTAKES, pixel_variants
 from msda_labs.truth.cases import seeded_generator
 from msda_labs.truth.reference import bilinear_reads
 
-LAB = "lab05"
-TITLE = "The forward kernel, correct"
-MODE = "interpret"
 TASKS = {
     "5.1": "load_point",
     "5.2": "gather_corner",
@@ -321,7 +318,7 @@ def speed_baselines(case, dtype_name: str) -> dict:
     """The baselines of the speed test on the judge's own copy of the inputs the speed probe
     draws (same seeds, same salt, same device): the PyTorch reference, and the lab 05 chip's
     msda_forward where this copy of the kit carries it."""
-    from msda_labs.grading.baseline import chip_function
+    from msda_labs.grading.judge.baseline import chip_function
     from msda_labs.student import runtime
     from msda_labs.truth.cases import make_inputs
     from msda_labs.truth.reference import msda_reference

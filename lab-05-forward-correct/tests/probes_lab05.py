@@ -4,16 +4,17 @@ Each function takes the student's module first and returns tensors or plain data
 (test_lab05_steps.py, test_lab05_forward.py). Every input arrives as an argument; nothing here
 knows an expected value. The helpers of Tasks 5.1-5.3 run inside the grader's own tiny test
 kernels (lab05_steps.py); the kernel is launched here, with the signature the lab fixes, on
-guarded copies of the inputs into a sentinel output (msda_labs.grading.probes).
+guarded copies of the inputs into a sentinel output (msda_labs.grading.judge.probes).
 """
 
 import os
 
 import torch
 
-from msda_labs.grading import probes, timing
-from msda_labs.grading.guards import between_guards, pow2, sentinel_buffer
-from msda_labs.grading.spies import KernelLaunches
+from msda_labs.grading.judge import probes
+from msda_labs.grading.judge.guards import between_guards, pow2, sentinel_buffer
+from msda_labs.grading.judge.spies import KernelLaunches
+from msda_labs.grading.speed import timing
 from msda_labs.student import runtime
 from msda_labs.student.cases import make_inputs
 

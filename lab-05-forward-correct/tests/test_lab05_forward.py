@@ -12,27 +12,28 @@ from functools import lru_cache
 import probes_lab05 as probes
 import pytest
 import torch
-from judge_lab05 import LAB, MODE, TASKS, TITLE  # noqa: F401  (the plugin reads them here)
+from judge_lab05 import TASKS  # noqa: F401  (the plugin reads them here)
 
 from msda_labs.grading import expect_close, expect_tensor
-from msda_labs.grading.baseline import chip_function
-from msda_labs.grading.bigcase import BigCase, judge_big
-from msda_labs.grading.peaked import (
+from msda_labs.grading.judge.baseline import chip_function
+from msda_labs.grading.judge.bigcase import BigCase, judge_big
+from msda_labs.grading.judge.peaked import (
     FP16_ACC_MESSAGE,
     PEAKED,
     accumulator_near,
     fp16_running_sum,
     peaked_inputs,
 )
-from msda_labs.grading.probes import (
+from msda_labs.grading.judge.probes import (
     FORWARD_OVERRUN,
     check_forward_output,
     forward_guard,
     run_guarded,
 )
-from msda_labs.grading.speedjudge import judge_msda_speed
-from msda_labs.grading.timing import REFERENCE_LIMIT, check_reference_speed
+from msda_labs.grading.judge.speedjudge import Limit, judge_msda_speed
+from msda_labs.grading.speed.timing import REFERENCE_LIMIT, check_reference_speed
 from msda_labs.mistakes import msda_variants
+from msda_labs.student.cases import tolerance
 from msda_labs.truth.cases import (
     DECODER,
     MULTI_LEVEL,
@@ -59,10 +60,13 @@ def _check_kernel(submission, inputs, case: Case, dtype, block_q: int, *,
     buf = run_guarded(submission, probes.kernel_probe, inputs, block_q)
     desc = f"{case.describe()} in {str(dtype).replace('torch.', '')}, BLOCK_Q={block_q}"
     B, _, M, D = inputs.value.shape
+    ref = _reference(inputs)
+    rtol, atol = tolerance(dtype)
     res = check_forward_output(buf, (B, inputs.sampling_locations.shape[1], M, D),
                                inputs.value.dtype, forward_guard(block_q, M, D), what=what,
-                               case=desc, overrun_hint=overrun_hint)
-    expect_close(res, _reference(inputs), what=what, case=desc, dtype=dtype,
+                               case=desc, overrun_hint=overrun_hint, expected=ref, rtol=rtol,
+                               atol=atol)
+    expect_close(res, ref, what=what, case=desc, dtype=dtype,
                  variants=variants if variants is not None else lambda: msda_variants(inputs),
                  near=near)
 
@@ -217,18 +221,17 @@ def test_forward_on_gpu(submission, case, dtype):
 
 
 # -- Task 5.8: speed, against the PyTorch reference -----------------------------------------------
-# Timed on the judge's clock (msda_labs.grading.speedjudge): the judge sends a fresh seed, your
-# child draws 16 new input sets from it on the GPU, calls msda_forward on each and sends back a
+# Timed on the judge's clock (msda_labs.grading.judge.speedjudge): the judge sends a fresh seed,
+# your child draws 16 new input sets from it on the GPU, calls msda_forward on each and sends back a
 # checksum of every output; the judge's clock runs from the seed to the checksums. Every timed
-# output is then checked against the ground truth, with the tolerance of the correctness tests.
-# The baseline is the grid_sample reference, which every copy of the kit carries, timed the same
-# way by the judge in a process that never loaded your module; the lab 05 chip is absent from an
-# exported lab 05, so its time is reported where it exists and never graded.
-# The reference copies the whole value pyramid into grid_sample's layout, then gathers every
-# channel of every corner with its own strided read, then stacks, weights and sums in three more
-# passes: a kernel that follows the lab does one pass and is several times faster, so "no slower
-# than the reference" is generous to right work and still fails a kernel that sleeps or
-# serializes.
+# output is then checked against the ground truth, with the tolerance of the correctness tests. The
+# baseline is the grid_sample reference, which every copy of the kit carries, timed the same way by
+# the judge in a process that never loaded your module; the lab 05 chip is absent from an exported
+# lab 05, so its time is reported where it exists and never graded. The reference copies the whole
+# value pyramid into grid_sample's layout, then gathers every channel of every corner with its own
+# strided read, then stacks, weights and sums in three more passes: a kernel that follows the lab
+# does one pass and is several times faster, so "no slower than the reference" is generous to right
+# work and still fails a kernel that sleeps or serializes.
 SPEED_CASE, SPEED_DTYPE = DECODER, "float16"
 SPEED_LIMIT = REFERENCE_LIMIT  # your time / the reference's
 
@@ -254,6 +257,7 @@ def test_forward_speed_against_the_reference(submission):
 
     measured = judge_msda_speed(submission, case, dtype_name, fn="msda_forward",
                                 truth=lambda inputs: _reference(inputs), close=close,
-                                baselines=speed_baselines())
+                                baselines=speed_baselines(),
+                                limits=[Limit("yours", "reference", SPEED_LIMIT)])
     check_reference_speed(measured, what=f"msda_forward on {desc}", chip_label="the lab 05 chip",
                           limit=SPEED_LIMIT, submission=submission)

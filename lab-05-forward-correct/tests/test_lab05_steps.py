@@ -12,9 +12,9 @@ import judge_lab05 as judge
 import probes_lab05 as probes
 import pytest
 import torch
-from judge_lab05 import LAB, MODE, TASKS, TITLE  # noqa: F401  (the plugin reads them here)
+from judge_lab05 import TASKS  # noqa: F401  (the plugin reads them here)
 
-from msda_labs.grading.probes import shared_run
+from msda_labs.grading.judge.probes import shared_run
 
 
 @lru_cache(maxsize=2)

@@ -14,13 +14,15 @@ from pathlib import Path
 import torch
 
 from msda_labs.grading import expect_close
-from msda_labs.grading.bandwidth import (
+from msda_labs.grading.judge.bandwidth import (
     bandwidth_table,
     effective_bandwidth_gbs,
     forward_bytes,
     plot_bandwidth,
 )
-from msda_labs.grading.timing import add_note
+from msda_labs.grading.judge.compare import Mismatch
+from msda_labs.grading.judge.results import Evidence
+from msda_labs.grading.speed.timing import add_note
 from msda_labs.mistakes import msda_variants
 from msda_labs.truth.cases import make_inputs
 from msda_labs.truth.reference import msda_reference
@@ -122,6 +124,10 @@ def check_tile(out, case, block_q, chunk_d, what):
 
 
 # -- the autotuner --------------------------------------------------------------------------------
+SPACE_LACKS_PAIRS = "the space lacks (BLOCK_Q, num_warps)"
+SPACE_LACKS = "a search space that lacks some tile and warp pairs"
+
+
 def _config_problems(configs) -> list[str]:
     if not isinstance(configs, list) or not configs:
         return ["forward_configs() must return a non-empty list of triton.Config"]
@@ -139,7 +145,7 @@ def _config_problems(configs) -> list[str]:
     missing = sorted((bq, w) for bq in WANTED_BLOCK_Q for w in WANTED_WARPS
                      if (bq, w) not in pairs)
     if missing:
-        problems.append(f"the space lacks (BLOCK_Q, num_warps) = {missing}; it must hold every "
+        problems.append(f"{SPACE_LACKS_PAIRS} = {missing}; it must hold every "
                         f"BLOCK_Q in {sorted(WANTED_BLOCK_Q)} with every num_warps in "
                         f"{sorted(WANTED_WARPS)}")
     if len(configs) > MAX_CONFIGS:
@@ -175,18 +181,49 @@ def autotune_problems(res) -> list[str]:
     return problems
 
 
+BENCHMARKED = ("the autotuner tried to benchmark several configs, which the interpreter cannot "
+               "do; the grader passed a one-config kernel")
+CONFIGS_IGNORED = ("configs ignored by make_autotuned_forward: the kernel it returned for one "
+                   "config tunes over {n}; wrap the kernel with triton.autotune(configs=configs, "
+                   "...), the configs it is given (forward_configs() only when it is given none)")
+KERNEL_IGNORED = ("a kernel ignored by msda_forward_autotuned: make_autotuned_forward kept the "
+                  "one config it was given, yet a launch benchmarked several; launch the kernel "
+                  "passed as kernel= when there is one")
+
+
+def raise_benchmarked(res, what) -> None:
+    """The failure of a launch whose autotuner benchmarked several configs, naming the function
+    that dropped the grader's one config, as read off the kernel make_autotuned_forward
+    returned (``res`` from probes_lab06.autotuned_run)."""
+    if res.get("kernel_kept_configs"):
+        named, function = KERNEL_IGNORED, "msda_forward_autotuned"
+    else:
+        n = res.get("kernel_configs")
+        named = CONFIGS_IGNORED.format(n=f"{n} configs" if n is not None else "no config list")
+        function = "make_autotuned_forward"
+    raise Mismatch(f"{what}: {BENCHMARKED}; this is {named}",
+                   Evidence(function=function, named=named))
+
+
+GRID_TOO_SMALL = "a grid too small for the config's BLOCK_Q"
+
+
 def grid_hint(res, ref, case, block_q) -> str:
-    """Name the fixed-grid mistake: only a prefix of whole query blocks came out right."""
+    """Name the fixed-grid mistake: a prefix of whole query blocks came out right and every
+    query after it was never written (still the NaN the output was filled with), so the kernel
+    is right and too few query blocks were launched. '' when the output shows anything else."""
     if not isinstance(res, torch.Tensor) or res.shape != ref.shape:
         return ""
     a = res.double().view(case.B, case.Q, -1)
     b = ref.double().view(case.B, case.Q, -1)
     good = torch.isclose(a, b, rtol=1e-5, atol=1e-5).all(dim=2).all(dim=0).tolist()
     n = good.index(False) if False in good else len(good)
-    if 0 < n < case.Q and not any(good[n:]) and n % block_q == 0:
-        return (f"queries 0..{n - 1} are right and {n}..{case.Q - 1} were never written, with "
-                f"the config's BLOCK_Q={block_q}: the grid must launch cdiv(Q, "
-                f"meta['BLOCK_Q']) query blocks, from the config the autotuner chose")
+    if 0 < n < case.Q and n % block_q == 0 and bool(torch.isnan(a[:, n:]).all()):
+        launched, needed = n // block_q, -(-case.Q // block_q)
+        return (f"{GRID_TOO_SMALL}: queries 0..{n - 1} are right and {n}..{case.Q - 1} were "
+                f"never written: {launched} query blocks launched, where the config's "
+                f"BLOCK_Q={block_q} needs cdiv(Q, BLOCK_Q) = {needed}; build the grid from "
+                f"meta['BLOCK_Q'], the config the autotuner chose")
     return ""
 
 
@@ -316,7 +353,7 @@ def with_chip(res, case, candidates):
     added, measured here by the judge on the same seeded inputs with the method the child used
     (the chip is never in the student's process); ``res["baseline"]`` names the chip, and
     ``res["chip_out"]`` is None when this copy of the kit carries none."""
-    from msda_labs.grading.baseline import chip_function, with_baselines
+    from msda_labs.grading.judge.baseline import chip_function, with_baselines
 
     chip, source = None, "none (this copy of the kit has no chip to compare with)"
     for lab_id, name in candidates:

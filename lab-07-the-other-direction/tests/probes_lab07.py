@@ -8,7 +8,7 @@ calls one of the three task functions: "grad_attn", "grad_loc" or "grad_value".
 
 import torch
 
-from msda_labs.grading.spies import CountLines, CountTorchCalls
+from msda_labs.grading.judge.spies import CountLines, CountTorchCalls
 
 
 def _setup(module, inputs, grad_out):

@@ -10,9 +10,9 @@ import math
 import torch
 
 from msda_labs.grading import expect_close, expect_tensor
-from msda_labs.grading.guards import cdiv, check_sentinel_buffer
-from msda_labs.grading.plugin import SubmissionError
-from msda_labs.grading.probes import point_guard, timed_output, value_guard
+from msda_labs.grading.judge.guards import cdiv, check_sentinel_buffer
+from msda_labs.grading.judge.plugin import SubmissionError
+from msda_labs.grading.judge.probes import point_guard, timed_output, value_guard
 from msda_labs.mistakes import grad_variants, lost_update_grad_value
 from msda_labs.truth.cases import MSDAInputs, make_inputs, seeded_generator
 from msda_labs.truth.reference import reference_grads
@@ -124,10 +124,13 @@ def racy_target(measured, idx, n_bins, block, where):
 
 
 def rule_no_kernels(submission):
-    """predict_racy_histogram must not launch a kernel (or the lab's launchers) to find out."""
-    node = submission.source.node("predict_racy_histogram")
+    """predict_racy_histogram must not launch a kernel (or the lab's launchers) to find out:
+    read in every def bound to it, wherever it stands, and in the module's functions it reaches
+    (a def the judge cannot find or read fails the rule: ``SourceInfo.definitions``)."""
     found = []
-    for sub in ast.walk(node) if node is not None else ():
+    subs = (sub for node in submission.source.definitions("predict_racy_histogram")
+            for sub in ast.walk(node))
+    for sub in subs:
         if isinstance(sub, ast.Call):
             func = sub.func
             if isinstance(func, ast.Subscript):
@@ -311,7 +314,7 @@ def speed_baselines(case, dtype_name: str) -> dict:
     and the lab 08 chip's msda_backward where this copy of the kit carries it."""
     from probes_lab08 import upstream
 
-    from msda_labs.grading.baseline import chip_function
+    from msda_labs.grading.judge.baseline import chip_function
     from msda_labs.truth.reference import msda_reference
 
     dtype = getattr(torch, dtype_name)

@@ -1,19 +1,20 @@
 """Probes of lab 08: what the isolated child runs next to the student's module.
 
 Each function takes the student's module first and returns tensors or plain data for the judge
-(test_lab08_atomics.py). The kernels are launched here, with the signatures the lab fixes, on
-inputs between guard bands into outputs between guards (msda_labs.grading.probes); the grader's
-own racy kernel is lab08_race.py, imported only here, and only in a child that runs no
-prediction (:func:`racy_probe`). No reference is computed here: the judge (judge_lab08.py, the
-test module) computes every expected value and times the speed baselines itself.
+(test_lab08_atomics.py). The kernels are launched here, with the signatures the lab fixes, on inputs
+between guard bands into outputs between guards (msda_labs.grading.judge.probes); the grader's own
+racy kernel is lab08_race.py, imported only here, and only in a child that runs no prediction
+(:func:`racy_probe`). No reference is computed here: the judge (judge_lab08.py, the test module)
+computes every expected value and times the speed baselines itself.
 """
 
 
 import torch
 
-from msda_labs.grading import probes, timing
-from msda_labs.grading.guards import between_guards, cdiv, guarded, sentinel_buffer
-from msda_labs.grading.spies import KernelLaunches
+from msda_labs.grading.judge import probes
+from msda_labs.grading.judge.guards import between_guards, cdiv, guarded, sentinel_buffer
+from msda_labs.grading.judge.spies import KernelLaunches
+from msda_labs.grading.speed import timing
 from msda_labs.student import runtime
 from msda_labs.student.cases import make_inputs, seeded_generator
 

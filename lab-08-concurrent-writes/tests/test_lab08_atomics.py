@@ -1,10 +1,10 @@
 """Grading tests of lab 08 (concurrent writes). Run them with `nox -s lab08`.
 
-The kernels run in Triton's interpreter (MODE "interpret") on tiny seeded inputs, and on a GPU in
-the GPU stage. The probes (probes_lab08.py) launch the kernels themselves, with the signatures
-the lab fixes, into outputs surrounded by guard bands: a write past either end, and an element
-never written, are both visible, which the interpreter (no bounds checks) would otherwise hide.
-Gradients are compared with fp32 autograd of the grid_sample reference on the same (rounded)
+The kernels run in Triton's interpreter (the lab's interpret stage) on tiny seeded inputs, and on a
+GPU in the GPU stage. The probes (probes_lab08.py) launch the kernels themselves, with the
+signatures the lab fixes, into outputs surrounded by guard bands: a write past either end, and an
+element never written, are both visible, which the interpreter (no bounds checks) would otherwise
+hide. Gradients are compared with fp32 autograd of the grid_sample reference on the same (rounded)
 inputs and a seeded upstream gradient; the checks of each buffer are in judge_lab08.py.
 """
 
@@ -16,11 +16,11 @@ import torch
 from probes_lab08 import upstream
 
 from msda_labs.grading import expect_close
-from msda_labs.grading.baseline import chip_function
-from msda_labs.grading.bigcase import BigCase, judge_big
-from msda_labs.grading.probes import run_guarded, shared_run
-from msda_labs.grading.speedjudge import expect_close_but_borders, judge_msda_speed
-from msda_labs.grading.timing import REFERENCE_LIMIT, add_note, check_reference_speed
+from msda_labs.grading.judge.baseline import chip_function
+from msda_labs.grading.judge.bigcase import BigCase, judge_big
+from msda_labs.grading.judge.probes import run_guarded, shared_run
+from msda_labs.grading.judge.speedjudge import Limit, expect_close_but_borders, judge_msda_speed
+from msda_labs.grading.speed.timing import REFERENCE_LIMIT, add_note, check_reference_speed
 from msda_labs.mistakes import grad_variants
 from msda_labs.truth.cases import (
     DECODER,
@@ -34,9 +34,6 @@ from msda_labs.truth.cases import (
 )
 from msda_labs.truth.reference import msda_reference, reference_grads
 
-LAB = "lab08"
-TITLE = "Concurrent writes"
-MODE = "interpret"
 TASKS = {
     "8.1": "predict_racy_histogram",
     "8.2": "histogram_atomic_kernel",
@@ -276,18 +273,18 @@ def test_backward_decoder_on_gpu(submission, dtype, fp32_grad_accum):
 
 
 # -- Task 8.4: speed, against autograd of the PyTorch reference -----------------------------------
-# Timed on the judge's clock (msda_labs.grading.speedjudge): the judge sends a fresh seed, your
-# child draws 16 new input sets (and upstream gradients) from it on the GPU, calls msda_backward
-# on each and sends back a checksum of every call's three gradients; the judge's clock runs from
-# the seed to the checksums. Two calls of every round, picked at random afterwards, are checked
-# in full against the reference's gradients (the checksums bind every call to its output).
-# The baseline is the backward of the grid_sample reference through autograd (every copy of the
-# kit carries it; the lab 08 chip, absent from an exported lab 08, is only reported): its forward
-# + backward less its forward alone, both timed the same way by the judge in a process that never
-# loaded your module. fp32: atomics of the element type on every GPU. grid_sample adds every
-# channel of every corner with its own atomic and copies the pyramid twice more; a kernel that
-# follows the lab adds rows of D channels at once, so "no slower than the reference" is generous
-# to right work and still fails a kernel that sleeps or serializes.
+# Timed on the judge's clock (msda_labs.grading.judge.speedjudge): the judge sends a fresh seed,
+# your child draws 16 new input sets (and upstream gradients) from it on the GPU, calls
+# msda_backward on each and sends back a checksum of every call's three gradients; the judge's clock
+# runs from the seed to the checksums. Two calls of every round, picked at random afterwards, are
+# checked in full against the reference's gradients (the checksums bind every call to its output).
+# The baseline is the backward of the grid_sample reference through autograd (every copy of the kit
+# carries it; the lab 08 chip, absent from an exported lab 08, is only reported): its forward +
+# backward less its forward alone, both timed the same way by the judge in a process that never
+# loaded your module. fp32: atomics of the element type on every GPU. grid_sample adds every channel
+# of every corner with its own atomic and copies the pyramid twice more; a kernel that follows the
+# lab adds rows of D channels at once, so "no slower than the reference" is generous to right work
+# and still fails a kernel that sleeps or serializes.
 SPEED_CASE, SPEED_DTYPE = DECODER, "float32"
 SPEED_LIMIT = REFERENCE_LIMIT  # your backward's time / the reference's backward's
 SPEED_VERIFIED = 2  # calls of each timed round checked in full
@@ -332,7 +329,9 @@ def test_backward_speed_against_the_reference(submission):
 
     measured = judge_msda_speed(submission, case, dtype_name, fn="msda_backward",
                                 call="backward", truth=truth, close=close,
-                                baselines=speed_baselines(), verify=SPEED_VERIFIED)
+                                baselines=speed_baselines(), verify=SPEED_VERIFIED,
+                                limits=[Limit("yours", "reference", SPEED_LIMIT,
+                                              minus="reference_forward")])
     check_reference_speed(
         measured, what=f"msda_backward on {where}",
         reference_label="the backward of the PyTorch reference (grid_sample, autograd)",

@@ -27,6 +27,22 @@ def is_cas(token: str) -> bool:
     return "cas" in token.split(".")
 
 
+# The last qualifier of a native atomic add on each grad_value dtype.
+SUFFIX = {"fp32": ("f32",), "fp16": ("f16", "f16x2"), "bf16": ("bf16", "bf16x2")}
+BUFFER_AS_VALUE = ("a grad_value buffer compiled with the value's dtype: the atomics are "
+                   "exactly those of grad_value_ptr typed with value_dtype; compile with "
+                   "backward_signature(kernel, value_dtype, grad_value_dtype), in that order")
+
+
+def lowers_as(tokens, cc, dtype) -> bool:
+    """Whether ``tokens`` are the atomics of a grad_value buffer of ``dtype`` on sm_``cc``: a
+    compare-and-swap loop for bf16 before SM 9.0, else native adds on ``dtype`` only."""
+    if cc < 90 and dtype == "bf16":
+        return any(is_cas(t) for t in tokens)
+    return bool(tokens) and not any(is_cas(t) for t in tokens) and all(
+        "add" in t.split(".") and t.split(".")[-1] in SUFFIX[dtype] for t in tokens)
+
+
 def ptx(name: str) -> str:
     """A PTX listing of tests/ptx/ (read when a test needs it, never at import)."""
     return (HERE / "ptx" / name).read_text()
@@ -72,14 +88,16 @@ def detector_hint(res, expected) -> str:
     if any(not isinstance(t, str) for t in res):
         return "every token is a str"
     if len(res) != len(set(res)):
-        return "each distinct token once: the same instruction appears many times in real PTX"
+        return ("this is a list with repeats: each distinct token once, since the same "
+                "instruction appears many times in real PTX")
     if sorted(res) != res:
-        return "sort the tokens"
+        return "this is an unsorted list: sort the tokens"
     if any(t.startswith("red.") for t in expected) and not any(t.startswith("red.") for t in res):
-        return ("red. instructions are atomics too: a reduction is an atomic whose result "
-                "nobody reads")
+        return ("this is a search for atom. only: red. instructions are atomics too, a reduction "
+                "is an atomic whose result nobody reads")
     if any(t != e and e.startswith(t) for t in res for e in expected):
-        return "a token runs through all its qualifiers, up to the first space"
+        return ("this is a token cut short: a token runs through all its qualifiers, up to the "
+                "first space")
     return "a token starts at a word boundary with atom. or red. and runs through its qualifiers"
 
 

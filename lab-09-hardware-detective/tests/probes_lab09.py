@@ -59,3 +59,34 @@ def switch_many(module, rows):
     """use_fp32_grad_accum on each (dtype name, capability) row."""
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     return [module.use_fp32_grad_accum(dtypes[name], tuple(cap)) for name, cap in rows]
+
+
+def stand_in_signature(kernel, value_dtype, grad_value_dtype):
+    """Stand-in for ``backward_signature`` (Task 9.5 graded apart from Task 9.4): the grader's own
+    typing, which answers no task (every data pointer but grad_value_ptr is '*fp32', whatever
+    value_dtype), and types the accumulator and the tables as the rules say, which is all that
+    decides how the atomics lower."""
+    from msda_labs.student.ptx import kernel_params
+
+    sig = {}
+    for name, is_constexpr in kernel_params(kernel):
+        if is_constexpr:
+            sig[name] = "constexpr"
+        elif name in ("shapes_ptr", "starts_ptr"):
+            sig[name] = "*i64"
+        elif name == "grad_value_ptr":
+            sig[name] = "*" + grad_value_dtype
+        else:
+            sig[name] = "*fp32" if name.endswith("_ptr") else "i64"
+    return sig
+
+
+def compile_probe_stand_in(module, value_dtype, grad_value_dtype, cc):
+    """:func:`compile_probe` with :func:`stand_in_signature` in place of your
+    ``backward_signature``."""
+    original = getattr(module, "backward_signature", None)
+    module.backward_signature = stand_in_signature
+    try:
+        return compile_probe(module, value_dtype, grad_value_dtype, cc)
+    finally:
+        module.backward_signature = original

@@ -14,11 +14,12 @@ import probes_lab09 as probes
 import pytest
 
 from msda_labs.grading import describe_value
-from msda_labs.grading.rules import watch_untouched
+from msda_labs.grading.judge.compare import Mismatch, answers_mismatch
+from msda_labs.grading.judge.results import Evidence
+from msda_labs.grading.judge.rules import watch_untouched
+from msda_labs.grading.judge.submission import SubmissionError
+from msda_labs.mistakes.plumbing import CLASSIFY, SIGNATURE, SWITCH, answers_of
 
-LAB = "lab09"
-TITLE = "Hardware detective"
-MODE = "aot"
 TASKS = {
     "9.1": "find_atomics",
     "9.2": "classify_atomics",
@@ -107,16 +108,22 @@ _OF_CLASS = {"emulated": ["atom.global.cas.b32"], "native": ["atom.global.gpu.re
 
 def _check_classes(submission, lists, expected, why):
     others = [(tokens, cls) for cls, tokens in _OF_CLASS.items() if cls != expected]
-    res = submission.run(probes.classify_many, lists + [tokens for tokens, _ in others])
+    asked = lists + [tokens for tokens, _ in others]
+    res = submission.run(probes.classify_many, asked)
+    right = [expected] * len(lists) + [cls for _, cls in others]
+    # A mistake is named only when its answers equal yours on every list of this test.
+    variants = answers_of(CLASSIFY, [(list(tokens),) for tokens in asked])
     for tokens, got in zip(lists, res):
         if got != expected:
-            raise AssertionError(f"classify_atomics({tokens}) returned {got!r}, expected "
-                                 f"{expected!r}; {why}")
+            raise answers_mismatch(f"classify_atomics({tokens}) returned {got!r}, expected "
+                                   f"{expected!r}; {why}", list(res), right, variants,
+                                   function="classify_atomics")
     for (tokens, cls), got in zip(others, res[len(lists):]):
         if got != cls:
-            raise AssertionError(f"classify_atomics({tokens}) returned {got!r}, expected "
-                                 f"{cls!r} (each test also classifies one list of each other "
-                                 f"class)")
+            raise answers_mismatch(f"classify_atomics({tokens}) returned {got!r}, expected "
+                                   f"{cls!r} (each test also classifies one list of each other "
+                                   f"class)", list(res), right, variants,
+                                   function="classify_atomics")
 
 
 @pytest.mark.task("9.2", points=2)
@@ -140,10 +147,12 @@ def test_classify_native_adds(submission):
         ["atom.global.gpu.relaxed.add.f32"],
         ["red.global.gpu.relaxed.add.noftz.bf16"],
         ["atom.global.gpu.acq_rel.add.noftz.f16x2", "red.global.add.v4.f32"],
+        ["red.global.gpu.relaxed.add.multicast::cluster.f32"],
     ]
     _check_classes(submission, lists, "native",
                    "an atom.add returns the old value and a red.add does not, but both are one "
-                   "hardware instruction: native")
+                   "hardware instruction: native (and 'cas' inside another word, as in "
+                   "multicast, is no cas qualifier: compare whole dot-separated parts)")
 
 
 @pytest.mark.task("9.2", points=1)
@@ -169,6 +178,28 @@ SWITCH_ROWS = [
 ]
 
 
+def _switch_answers(res) -> list:
+    """Your answers as the catalogue writes them: a bool, ("tensor", its truth) for a tensor of
+    one element, or what else came."""
+    out = []
+    for got in res:
+        if isinstance(got, (bool, int)):
+            out.append(bool(got))
+        elif getattr(got, "numel", lambda: 0)() == 1 and str(getattr(got, "dtype", "")) \
+                == "torch.bool":
+            out.append(("tensor", bool(got)))
+        else:
+            out.append(describe_value(got))
+    return out
+
+
+def _switch_mismatch(message, res, rows) -> AssertionError:
+    """``message`` with what your answers on ``rows`` ((dtype, capability, right)) rule in."""
+    variants = answers_of(SWITCH, rows)
+    return answers_mismatch(message, _switch_answers(res), [want for _, _, want in rows],
+                            variants, function="use_fp32_grad_accum")
+
+
 @pytest.mark.task("9.3", points=3)
 @pytest.mark.rule("accumulator-switch")
 def test_switch_truth_table(submission):
@@ -176,25 +207,29 @@ def test_switch_truth_table(submission):
     res = submission.run(probes.switch_many, rows)
     for (name, cap, expected, why), got in zip(SWITCH_ROWS, res):
         if not isinstance(got, (bool, int)) or bool(got) != expected:
-            raise AssertionError(f"use_fp32_grad_accum({name}, {cap}) returned "
-                                 f"{describe_value(got)}, expected {expected}: {why}")
+            raise _switch_mismatch(f"use_fp32_grad_accum({name}, {cap}) returned "
+                                   f"{describe_value(got)}, expected {expected}: {why}", res,
+                                   [(n, c, want) for n, c, want, _ in SWITCH_ROWS])
 
 
 @pytest.mark.task("9.3", points=1)
 def test_switch_returns_real_bools(submission):
     rows = [("bf16", (8, 0)), ("bf16", (9, 0)), ("fp16", (8, 0))]
     res = submission.run(probes.switch_many, rows)
+    asked = [(name, cap, want) for (name, cap), want in zip(rows, (True, False, False))]
     for (name, cap), got in zip(rows, res):
         if type(got) is not bool:
-            raise AssertionError(f"use_fp32_grad_accum({name}, {cap}) returned "
-                                 f"{describe_value(got)}: return True or False (a bool), not an "
-                                 f"int, a tensor or None; callers test it with `is True`")
+            raise _switch_mismatch(f"use_fp32_grad_accum({name}, {cap}) returned "
+                                   f"{describe_value(got)}: return True or False (a bool), not "
+                                   f"an int, a tensor or None; callers test it with `is True`",
+                                   res, asked)
     # The type earns its point only with the right answers (True, False, False here): a
     # constant bool is a bool, but no switch.
     for (name, cap), got, want in zip(rows, res, (True, False, False)):
         if got is not want:
-            raise AssertionError(f"use_fp32_grad_accum({name}, {cap}) returned the bool {got}, "
-                                 f"expected {want}: a real bool, but the wrong one")
+            raise _switch_mismatch(f"use_fp32_grad_accum({name}, {cap}) returned the bool "
+                                   f"{got}, expected {want}: a real bool, but the wrong one",
+                                   res, asked)
 
 
 # -- Task 9.4: backward_signature --------------------------------------------------------------
@@ -214,13 +249,18 @@ def test_backward_signature(submission, value_dtype, grad_value_dtype):
     if missing or extra:
         raise AssertionError(f"{what}: the keys must be the kernel's argument names; missing "
                              f"{missing}, unexpected {extra}")
+    right = {name: want for name, (want, _why) in expected.items()}
+    # A mistake is named only when the whole signature is what it gives for these dtypes.
+    variants = answers_of(SIGNATURE, [(judge.backward_params(), value_dtype, grad_value_dtype)])
     for name, (want, why) in expected.items():
         if res[name] != want:
-            raise AssertionError(f"{what}: {name} is typed {res[name]!r}, expected {want!r}; {why}")
+            raise answers_mismatch(f"{what}: {name} is typed {res[name]!r}, expected {want!r}; "
+                                   f"{why}", [dict(res)], [right], variants,
+                                   function="backward_signature")
 
 
 # -- Task 9.5: compile_backward ----------------------------------------------------------------
-_SUFFIX = {"fp32": ("f32",), "fp16": ("f16", "f16x2"), "bf16": ("bf16", "bf16x2")}
+_SUFFIX = judge.SUFFIX
 
 
 @pytest.mark.task("9.5", points=1)
@@ -232,7 +272,33 @@ _SUFFIX = {"fp32": ("f32",), "fp16": ("f16", "f16x2"), "bf16": ("bf16", "bf16x2"
 def test_compile_backward_lowering(submission, cc, value_dtype, buffer):
     what = (f"compile_backward(kernel, {value_dtype!r}, {buffer!r}, {cc}) ({value_dtype} values, "
             f"{buffer} grad_value buffer, sm_{cc})")
-    ptx = submission.run(probes.compile_probe, value_dtype, buffer, cc)
+    try:
+        _check_lowering(submission.run(probes.compile_probe, value_dtype, buffer, cc), what, cc,
+                        buffer, value_dtype)
+    except (AssertionError, SubmissionError) as own:
+        # Task 9.5 apart from Task 9.4: compiled again with the grader's stand-in in place of
+        # your backward_signature; the test passes when that run lowers right, so a wrong
+        # signature (one that fails to compile, too) costs Task 9.4 only. Otherwise the feedback
+        # is your own run's.
+        try:
+            _check_lowering(submission.run(probes.compile_probe_stand_in, value_dtype, buffer, cc),
+                            what, cc, buffer, value_dtype)
+        except (AssertionError, SubmissionError):
+            raise own from None
+
+
+def _wrong_lowering(message, tokens, cc, value_dtype, buffer) -> AssertionError:
+    """``message``, naming the buffer typed with value_dtype when the atomics are exactly that
+    buffer's (and cannot be the right buffer's)."""
+    if buffer != value_dtype and judge.lowers_as(tokens, cc, value_dtype) \
+            and not judge.lowers_as(tokens, cc, buffer):
+        return Mismatch(f"{message}; this is {judge.BUFFER_AS_VALUE}",
+                        Evidence(function="compile_backward", named=judge.BUFFER_AS_VALUE,
+                                 matched=[judge.BUFFER_AS_VALUE]))
+    return AssertionError(message)
+
+
+def _check_lowering(ptx, what, cc, buffer, value_dtype):
     if not isinstance(ptx, str):
         raise AssertionError(f"{what}: expected the PTX text (a str), got {describe_value(ptx)}")
     target = re.search(r"^\s*\.target\s+(sm_\w+)", ptx, flags=re.M)
@@ -248,16 +314,18 @@ def test_compile_backward_lowering(submission, cc, value_dtype, buffer):
         raise AssertionError(f"{what}: the PTX holds no atomic instruction at all")
     if cc < 90 and buffer == "bf16":
         if not any(judge.is_cas(t) for t in tokens):
-            raise AssertionError(f"{what}: expected a compare-and-swap loop (no bf16 atomic add "
-                                 f"before SM 9.0), found {tokens}; is grad_value_ptr typed "
-                                 f"'*bf16'?")
+            raise _wrong_lowering(f"{what}: expected a compare-and-swap loop (no bf16 atomic add "
+                                  f"before SM 9.0), found {tokens}; is grad_value_ptr typed "
+                                  f"'*bf16'?", tokens, cc, value_dtype, buffer)
         return
     if any(judge.is_cas(t) for t in tokens):
-        raise AssertionError(f"{what}: expected native {buffer} atomic adds, found a "
-                             f"compare-and-swap loop {tokens}; is grad_value_ptr typed "
-                             f"'*{buffer}' and the target sm_{cc}?")
+        raise _wrong_lowering(f"{what}: expected native {buffer} atomic adds, found a "
+                              f"compare-and-swap loop {tokens}; is grad_value_ptr typed "
+                              f"'*{buffer}' and the target sm_{cc}?", tokens, cc, value_dtype,
+                              buffer)
     adds = [t for t in tokens if "add" in t.split(".") and t.split(".")[-1] in _SUFFIX[buffer]]
     if not adds:
-        raise AssertionError(f"{what}: expected native atomic adds on {buffer} "
-                             f"(...add...{_SUFFIX[buffer][0]}), found {tokens}; is "
-                             f"grad_value_ptr typed '*{buffer}'?")
+        raise _wrong_lowering(f"{what}: expected native atomic adds on {buffer} "
+                              f"(...add...{_SUFFIX[buffer][0]}), found {tokens}; is "
+                              f"grad_value_ptr typed '*{buffer}'?", tokens, cc, value_dtype,
+                              buffer)

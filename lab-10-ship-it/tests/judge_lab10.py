@@ -10,13 +10,14 @@ import probes_lab10 as probes
 from probes_lab10 import DTYPES
 
 from msda_labs.grading import expect_close
+from msda_labs.grading.judge.compare import Mismatch, function_named
+from msda_labs.grading.judge.diagnosis import label_of
+from msda_labs.grading.judge.results import Evidence
+from msda_labs.mistakes.plumbing import FORWARD_INPUTS, GRADIENT_ORDER
 from msda_labs.truth.cases import Case, make_inputs
 from msda_labs.truth.reference import msda_reference, reference_grads
 
 # The lab as the grading plugin reads it from each test module (both import these names).
-LAB = "lab10"
-TITLE = "Ship it"
-MODE = "interpret"
 TASKS = {"10.1": "MSDAFunction", "10.2": "validate_inputs", "10.3": "msda", "10.4": "final exam"}
 
 # Small cases for the interpreter (about a millisecond per program and (level, point) pair).
@@ -55,11 +56,40 @@ def check_grads(res, case, dtype_name, what):
     for name, got, ref in zip(("value", "sampling_locations", "attention_weights"),
                               res["grads"], reference(case, dtype_name)[1]):
         if got is None:
-            raise AssertionError(f"{what}: {name}.grad is None after backward on "
-                                 f"{case.describe()}; {ORDER_HINT}")
+            message = f"{what}: {name}.grad is None after backward on {case.describe()}"
+            evidence = Evidence(function=function_named(what.replace(".apply", "")),
+                                case=case.describe(),
+                                checked=[label_of(GRADIENT_ORDER)])
+            displaced = displaced_gradients(res.get("returned"), case)
+            if displaced:
+                evidence.matched = [GRADIENT_ORDER]
+                evidence.named = GRADIENT_ORDER
+                raise Mismatch(f"{message}; your backward returned {displaced}: this is "
+                               f"{GRADIENT_ORDER}", evidence)
+            raise Mismatch(f"{message}; {ORDER_HINT}", evidence)
         expect_close(got, ref, what=f"{what}: the gradient of {name}",
                      case=f"{case.describe()} in {dtype_name}", dtype=DTYPES[dtype_name],
                      backward=True)
+
+
+def displaced_gradients(returned, case) -> str:
+    """Where backward returned a gradient at another input's position (its shape tells whose it
+    is: value, sampling_locations and attention_weights have 4, 6 and 5 axes), in words; ''
+    when no gradient sits elsewhere than at its own input (a gradient left None, say)."""
+    if not isinstance(returned, list):
+        return ""
+    B, Q, M, D, L, K, S = case.B, case.Q, case.M, case.D, case.L, case.K, case.S
+    shapes = {"grad_value": [B, S, M, D], "grad_loc": [B, Q, M, L, K, 2],
+              "grad_attn": [B, Q, M, L, K]}
+    wanted = {"grad_value": 0, "grad_loc": 3, "grad_attn": 4}
+    found = {name: i for i, shape in enumerate(returned) for name, want in shapes.items()
+             if shape == want}
+    if not any(found.get(name, wanted[name]) != wanted[name] for name in shapes):
+        return ""
+    names = {i: name for name, i in found.items()}
+    slots = ", ".join(names.get(i, "None" if shape is None else f"a tensor {tuple(shape)}")
+                      for i, shape in enumerate(returned))
+    return f"({slots}) for forward's ({', '.join(FORWARD_INPUTS)})"
 
 
 def run_msda(submission, case, dtype_name, **kwargs):
@@ -174,7 +204,7 @@ def check_records_believed(submission, what):
     process (kernels launched, the arguments msda_forward and msda_backward were handed) are
     out of the module's reach: nothing that reaches a watch (``rules.tamper_uses``), and the
     launchers bound and used as the starter does (:func:`launcher_uses`)."""
-    from msda_labs.grading.rules import watch_untouched
+    from msda_labs.grading.judge.rules import watch_untouched
 
     watch_untouched(submission.source, what)
     uses = launcher_uses(submission.source)
@@ -248,10 +278,10 @@ def check_compiled_kernels(res, what):
 def with_speed_baselines(measured, case, dtype_name):
     """The speed probe's result with the judge's own times of the same training step of the
     PyTorch reference and, where this copy of the kit carries it, the lab 10 chip, on the same
-    seeded inputs on the device (msda_labs.grading.baseline)."""
+    seeded inputs on the device (msda_labs.grading.judge.baseline)."""
     import torch
 
-    from msda_labs.grading.baseline import chip_function, with_baselines
+    from msda_labs.grading.judge.baseline import chip_function, with_baselines
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"  # the CPU: the kit's plumbing tests
     value, shapes, starts, loc, attn = make_inputs(case, DTYPES[dtype_name], dev)

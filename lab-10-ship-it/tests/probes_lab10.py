@@ -3,12 +3,12 @@
 
 Inputs are seeded and built on the device under test here (msda_labs.student.cases); the judge
 rebuilds them on the CPU from the same seeds for its references. Every run of the operator also
-records which Triton kernels its forward and its backward launched (``"launched"``), for the
-final exam's rule that the operator runs kernels (on the GPU the judge also reads the kernels
-Triton compiled off the disk: ``kernel_cache_probe``). Some probes re-run the submission with
-recording wrappers around its msda_forward and msda_backward (the shipped kernels while grading; see
-msda_labs.grading.spies): that is how the judge sees which accumulator flag reached the backward,
-whether the kernels got contiguous tensors, and that an empty batch launches nothing.
+records which Triton kernels its forward and its backward launched (``"launched"``), for the final
+exam's rule that the operator runs kernels (on the GPU the judge also reads the kernels Triton
+compiled off the disk: ``kernel_cache_probe``). Some probes re-run the submission with recording
+wrappers around its msda_forward and msda_backward (the shipped kernels while grading; see
+msda_labs.grading.judge.spies): that is how the judge sees which accumulator flag reached the
+backward, whether the kernels got contiguous tensors, and that an empty batch launches nothing.
 """
 
 import functools
@@ -16,8 +16,14 @@ import os
 
 import torch
 
-from msda_labs.grading.probes import guards_allocations
-from msda_labs.grading.spies import KernelLaunches, backward_outcome, fresh_copy, outcome, spied
+from msda_labs.grading.judge.probes import guards_allocations
+from msda_labs.grading.judge.spies import (
+    KernelLaunches,
+    backward_outcome,
+    fresh_copy,
+    outcome,
+    spied,
+)
 from msda_labs.student import runtime
 from msda_labs.student.cases import Case, make_inputs, seeded_generator
 
@@ -85,7 +91,25 @@ def function_probe(module, case, dtype_name, flag, backward=True):
     if backward:
         grad = grad_out(case, dtype_name, value.device)
         result.update(backward_outcome(out, grad, (value, loc, attn)))
+        if any(g is None for g in result.get("grads", ())):
+            result["returned"] = _returned_shapes(module, (value, shapes, starts, loc, attn, flag),
+                                                  grad)
     return result
+
+
+def _returned_shapes(module, inputs, grad):
+    """Where a gradient came back None: the shape of what backward itself returned at each
+    position (None for None), read by calling the backward node of a fresh forward directly
+    (autograd drops a gradient for an input that needs none, so the leaves cannot say)."""
+    try:
+        out = module.MSDAFunction.apply(*inputs)
+        returned = out.grad_fn.apply(grad)
+    except NotImplementedError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the leaves' gradients are the finding; this adds
+        return f"{type(exc).__name__}"  # to it only when backward runs again
+    returned = returned if isinstance(returned, tuple) else (returned,)
+    return [list(t.shape) if isinstance(t, torch.Tensor) else None for t in returned]
 
 
 @guards_allocations()
@@ -141,11 +165,14 @@ def validate_probe(module, cases, entry="validate_inputs", outside_interpreter=F
     """``entry`` on the args of each (label, args) of ``cases``: the outcomes, in order.
 
     ``outside_interpreter``: switch the interpreter off first; ``"fresh"`` then re-runs the module
-    (so that even a decision it took at import time sees the change), ``"as_imported"`` keeps
+    (so that even a decision it took at import time sees the change), ``"unset"`` does the same
+    with TRITON_INTERPRET set to "" rather than "0", ``"as_imported"`` keeps
     the module as it was imported under the interpreter (a decision taken at import still says
     "interpreter"). Only validation runs after this; no kernel is launched."""
     if outside_interpreter:
-        os.environ["TRITON_INTERPRET"] = "0"
+        # "empty": set but empty, which is no more "on" than "0" (unset, the module's
+        # runtime.auto() would switch the interpreter on again when it is re-run).
+        os.environ["TRITON_INTERPRET"] = "" if outside_interpreter == "empty" else "0"
         if outside_interpreter != "as_imported":
             module = fresh_copy(module)
     dev = "cpu" if outside_interpreter else runtime.device()
@@ -329,7 +356,7 @@ def speed_probe(module, case, dtype_name):
     the case's device inputs, timed (the judge times the reference and the lab 10 chip on the
     same inputs itself); your first step's (out, grad_value, grad_loc, grad_attn) come back, and
     the kernels that step launched."""
-    from msda_labs.grading.timing import race_all
+    from msda_labs.grading.speed.timing import race_all
 
     value, shapes, starts, loc, attn = device_inputs(case, dtype_name, requires_grad=True)
     leaves = (value, loc, attn)

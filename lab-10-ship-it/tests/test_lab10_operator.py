@@ -13,12 +13,16 @@ import torch
 from judge_lab10 import TWO_LEVELS, VCASE, check_grads, check_output, run_msda
 
 from msda_labs.grading import describe_value
-from msda_labs.grading.probes import shared_run
-from msda_labs.grading.rejections import expect_rejections
+from msda_labs.grading.judge.compare import Mismatch, answers_mismatch
+from msda_labs.grading.judge.diagnosis import label_of
+from msda_labs.grading.judge.probes import shared_run
+from msda_labs.grading.judge.rejections import expect_rejections
+from msda_labs.grading.judge.results import Evidence
+from msda_labs.mistakes.plumbing import FLAG, answers_of
 from msda_labs.truth.cases import OUT_OF_BOUNDS, SINGLE, make_inputs
 
 # The lab as the grading plugin reads it, declared once for both test files in judge_lab10.py.
-LAB, TITLE, MODE, TASKS = judge_lab10.LAB, judge_lab10.TITLE, judge_lab10.MODE, judge_lab10.TASKS
+TASKS = judge_lab10.TASKS
 
 
 # -- Task 10.1: MSDAFunction ---------------------------------------------------------------------
@@ -44,10 +48,19 @@ def test_function_hands_its_flag_to_the_backward(submission):
         check_grads(run, SINGLE, "float32", f"MSDAFunction.apply(..., {flag})")
     for flag, calls in zip((True, False), res["seen"]):
         if calls != [flag]:
-            raise AssertionError(f"MSDAFunction.apply(..., {flag}) then backward: msda_backward "
-                                 f"was called with fp32_grad_accum {calls or 'never'}, expected "
-                                 f"[{flag}]; keep the flag on ctx in forward and pass it on")
+            raise answers_mismatch(
+                f"MSDAFunction.apply(..., {flag}) then backward: msda_backward was called with "
+                f"fp32_grad_accum {calls or 'never'}, expected [{flag}]; keep the flag on ctx in "
+                f"forward and pass it on", _flags_seen(res["seen"]), [True, False],
+                answers_of(FLAG, [("float32", True, True), ("float32", False, False)]),
+                function="MSDAFunction")
     judge_lab10.check_records_believed(submission, "the flag MSDAFunction handed msda_backward")
+
+
+def _flags_seen(seen) -> list:
+    """The flag msda_backward got in each run, where it was called once (else the calls)."""
+    return [calls[0] if isinstance(calls, list) and len(calls) == 1 else repr(calls)
+            for calls in seen]
 
 
 @pytest.mark.task("10.1", points=1)
@@ -179,10 +192,33 @@ def test_validate_dtypes(submission):
     ])
 
 
+CUDA_RULE_NEVER_FIRES = (
+    "a CUDA rule that never fires: CPU tensors were accepted with the interpreter off "
+    "(TRITON_INTERPRET set to \"0\" and to \"\"); value must be on a CUDA device unless "
+    "runtime.interpreted() is True (call it: the function itself is always true)")
+INTERPRET_READ_AS_TRUTH = (
+    "TRITON_INTERPRET read as a truth value: CPU tensors were refused with TRITON_INTERPRET "
+    "set to \"\" but accepted with \"0\", a non-empty string; ask runtime.interpreted(), "
+    "which is True only for \"1\"")
+
+
 @pytest.mark.task("10.2", points=1)
 def test_validate_device_outside_the_interpreter(submission):
-    _refused(submission, [("CPU tensors with no interpreter to run them", _inputs(),
-                           ["value", "cuda", "cpu"])], outside_interpreter="fresh")
+    cases = [("CPU tensors with no interpreter to run them", _inputs(), ["value", "cuda", "cpu"])]
+    asked = [(label, args) for label, args, _ in cases]
+    outcomes = submission.run(probes.validate_probe, asked, outside_interpreter="fresh")
+    if outcomes[0][0] == "none":
+        # Which rule is missing: the same input with TRITON_INTERPRET set to "" tells a
+        # validator that never asks for CUDA from one that reads "0" as "interpreter on".
+        unset = submission.run(probes.validate_probe, asked, outside_interpreter="empty")
+        named = CUDA_RULE_NEVER_FIRES if unset[0][0] == "none" else \
+            INTERPRET_READ_AS_TRUTH if unset[0][0] == "ValueError" else ""
+        raise Mismatch(f"validate_inputs accepted {cases[0][0]}; it must raise ValueError"
+                       + (f"; this is {named}" if named else ""),
+                       Evidence(function="validate_inputs", case=cases[0][0], named=named,
+                                checked=[label_of(CUDA_RULE_NEVER_FIRES),
+                                         label_of(INTERPRET_READ_AS_TRUTH)]))
+    expect_rejections(outcomes, cases)
 
 
 @pytest.mark.task("10.2", points=1)
@@ -217,6 +253,11 @@ def test_msda_validates_its_inputs(submission):
     ], entry="msda")
 
 
+EMPTY_LAUNCH = ("a launch on empty inputs: with nothing to compute (B = 0 or Q = 0), return "
+                "value.new_zeros(B, Q, M * D) without launching anything (an empty grid is not "
+                "a valid launch everywhere)")
+
+
 @pytest.mark.task("10.3", points=2)
 def test_msda_empty_batch_or_queries(submission):
     _msda_computes(submission, "its empty inputs")
@@ -229,10 +270,10 @@ def test_msda_empty_batch_or_queries(submission):
             raise AssertionError(f"{what}: expected an empty float32 tensor of shape "
                                  f"{(B, Q, M * D)}, got {describe_value(out)}")
         if got["launches"]:
-            raise AssertionError(f"{what}: msda_forward was called {got['launches']} time(s); "
-                                 f"with nothing to compute, return value.new_zeros(B, Q, M * D) "
-                                 f"without launching anything (an empty grid is not a valid "
-                                 f"launch everywhere)")
+            # Seen, not guessed: the recorded launcher ran on inputs with nothing to compute.
+            raise Mismatch(f"{what}: msda_forward was called {got['launches']} time(s); this is "
+                           f"{EMPTY_LAUNCH}", Evidence(function="msda", case=what,
+                                                       named=EMPTY_LAUNCH))
     judge_lab10.check_records_believed(submission, "the calls of msda_forward for empty inputs")
 
 
@@ -261,6 +302,11 @@ def test_msda_non_contiguous_inputs(submission):
     check_grads(res, TWO_LEVELS, "float32", what)
 
 
+# What use_fp32_grad_accum answers on the default capability (8, 0): only bfloat16 needs the
+# fp32 buffer there.
+SWITCH_AT_DEFAULT_CAPABILITY = {"float32": False, "float16": False, "bfloat16": True}
+
+
 @pytest.mark.task("10.3", points=2)
 @pytest.mark.rule("accumulator-switch")
 def test_msda_resolves_the_accumulator_flag(submission):
@@ -273,12 +319,16 @@ def test_msda_resolves_the_accumulator_flag(submission):
              ("float32", False, False, "an explicit False is kept"),
              ("bfloat16", None, True, "None means: ask use_fp32_grad_accum")]
     seen = submission.run(probes.flag_probe, [(SINGLE, d, flag) for d, flag, _, _ in table])
+    # A mistake is named only when the flags it hands on equal yours in every row: each row
+    # asked with what use_fp32_grad_accum(dtype, (8, 0)) answers.
+    asked = [(d, flag, SWITCH_AT_DEFAULT_CAPABILITY[d]) for d, flag, _, _ in table]
     for (dtype_name, flag, want, reason), calls in zip(table, seen):
         given = "no flag" if flag == "auto" else f"fp32_grad_accum={flag}"
         if calls != [want]:
-            raise AssertionError(f"msda({dtype_name} inputs, {given}) then backward: "
-                                 f"msda_backward got fp32_grad_accum {calls or 'never'}, expected "
-                                 f"[{want}] ({reason}); resolve None with use_fp32_grad_accum("
-                                 f"value.dtype, capability), the capability being (8, 0) "
-                                 f"without a GPU")
+            raise answers_mismatch(
+                f"msda({dtype_name} inputs, {given}) then backward: msda_backward got "
+                f"fp32_grad_accum {calls or 'never'}, expected [{want}] ({reason}); resolve None "
+                f"with use_fp32_grad_accum(value.dtype, capability), the capability being "
+                f"(8, 0) without a GPU", _flags_seen(seen), [w for _, _, w, _ in table],
+                answers_of(FLAG, asked), function="msda")
     judge_lab10.check_records_believed(submission, "the flag msda handed msda_backward")

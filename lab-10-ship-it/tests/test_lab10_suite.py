@@ -24,10 +24,10 @@ from judge_lab10 import (
 from probes_lab10 import DTYPES, FAR, FAR_HEADS
 
 from msda_labs.grading import expect_close
-from msda_labs.grading.probes import timed_output
-from msda_labs.grading.rejections import expect_rejections
-from msda_labs.grading.speedjudge import expect_close_but_borders, judge_msda_speed
-from msda_labs.grading.timing import (
+from msda_labs.grading.judge.probes import timed_output
+from msda_labs.grading.judge.rejections import expect_rejections
+from msda_labs.grading.judge.speedjudge import Limit, expect_close_but_borders, judge_msda_speed
+from msda_labs.grading.speed.timing import (
     REFERENCE_LIMIT,
     add_note,
     check_reference_speed,
@@ -37,7 +37,7 @@ from msda_labs.truth.cases import DECODER, EXACT_KNOTS, OUT_OF_BOUNDS, SINGLE, S
 from msda_labs.truth.reference import msda_reference, reference_grads
 
 # The lab as the grading plugin reads it, declared once for both test files in judge_lab10.py.
-LAB, TITLE, MODE, TASKS = judge_lab10.LAB, judge_lab10.TITLE, judge_lab10.MODE, judge_lab10.TASKS
+TASKS = judge_lab10.TASKS
 
 
 # -- in the interpreter --------------------------------------------------------------------------
@@ -260,13 +260,14 @@ def test_gpu_speed_against_the_reference(submission):
                                   chip_label="the lab 10 chip", limit=SPEED_LIMIT))
     judged = judge_msda_speed(submission, case, dtype_name, fn="msda", call="autograd",
                               truth=_step_truth, close=_step_close(case, dtype_name),
-                              baselines=_step_baselines(), verify=SPEED_VERIFIED)
+                              baselines=_step_baselines(), verify=SPEED_VERIFIED,
+                              limits=[Limit("yours", "reference", SPEED_LIMIT)])
     check_reference_speed(judged, what=desc, reference_label=ref_label,
                           chip_label="the lab 10 chip", limit=SPEED_LIMIT, submission=submission)
 
 
-# The judge's clock (msda_labs.grading.speedjudge): 16 steps a round on input sets drawn from a
-# seed your child sees only when the clock starts; two steps of every round, picked at random
+# The judge's clock (msda_labs.grading.judge.speedjudge): 16 steps a round on input sets drawn from
+# a seed your child sees only when the clock starts; two steps of every round, picked at random
 # afterwards, are checked in full (the checksums sent inside the timed window bind the others).
 SPEED_VERIFIED = 2
 
@@ -294,7 +295,7 @@ def _step_close(case, dtype_name):
 def _step_baselines() -> dict:
     """The steps the judge times beside yours: the reference's, and the lab 10 chip's where this
     copy of the kit carries it (the chip is never in your process)."""
-    from msda_labs.grading.baseline import chip_function
+    from msda_labs.grading.judge.baseline import chip_function
 
     def step(forward):
         def run(value, shapes, starts, loc, attn, grad):

@@ -23,15 +23,16 @@ __all__ = ["main", "build_parser"]
 
 def _cmd_grade(ns) -> int:
     from msda_labs.flow import GradeRequest, grade
-    from msda_labs.grading.render import render_markdown, render_terminal
+    from msda_labs.grading.judge.render import render_markdown, render_terminal
 
     if ns.solution and ns.submission:
         raise KitError("give either --submission FILE or --solution, not both")
-    if ns.seed_file:  # read where the salt is made (msda_labs.grading.secret), GPU stage included
+    # read where the salt is made (msda_labs.grading.isolation.secret), GPU stage included
+    if ns.seed_file:
         os.environ["MSDA_GRADE_SEED_FILE"] = str(Path(ns.seed_file).resolve())
     request = GradeRequest(lab=ns.lab, submission=ns.submission, solution=ns.solution,
                            stage=ns.stage, tasks=tuple(ns.task or ()), timeout=ns.timeout,
-                           seed=ns.seed)
+                           seed=ns.seed, select=ns.select or "", speed_repeat=ns.speed_repeat)
     result = grade(request)
     print(render_terminal(result))
     if ns.json:
@@ -48,10 +49,11 @@ def _cmd_grade(ns) -> int:
 
 
 def _print_annotations(lab_key: str, result) -> None:
-    """GitHub workflow commands pointing at the graded functions (msda_labs.grading.annotations);
+    """GitHub workflow commands pointing at the graded functions
+    (msda_labs.grading.judge.annotations);
     file paths are relative to $GITHUB_WORKSPACE (else the current folder)."""
     from msda_labs.course.resolve import resolve_lab
-    from msda_labs.grading.annotations import annotation_lines
+    from msda_labs.grading.judge.annotations import annotation_lines
 
     module = Path(result.submission).resolve()
     base = Path(os.environ.get("GITHUB_WORKSPACE") or Path.cwd()).resolve()
@@ -130,6 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cpu (default): every test that needs no GPU; gpu: the GPU stage")
     g.add_argument("--task", action="append", metavar="ID", help="grade only task ID (e.g. 1.2)")
     g.add_argument("--timeout", type=float, help="seconds one test's code may run")
+    g.add_argument("--select", metavar="EXPR",
+                   help="grade only the tests a pytest -k EXPR picks (the kit's measurements)")
+    g.add_argument("--speed-repeat", type=int, default=1, metavar="K",
+                   help="run every speed trial K times, each kept (the kit's fairness runs)")
     g.add_argument("--seed", type=int,
                    help="secret seed for the random cases (visible in the process list: "
                         "prefer --seed-file or $MSDA_GRADE_SEED)")

@@ -4,28 +4,30 @@
 
     result = grade(GradeRequest(lab="lab06", stage="all"))   # CPU stages here, GPU stage routed
 
-``grade`` resolves the lab (:mod:`msda_labs.course.resolve`), picks the submission (the lab's
-``labNN.py``, ``--submission FILE`` or the chip), runs the CPU stages here
-(:func:`msda_labs.grading.stage_run.run_stage`) and the GPU stage through the GPU runner (local
-CUDA or Modal, :mod:`msda_labs.gpu.runner`), merges them, and adds the integrity check and the
-notes. Every problem a person can fix is a :class:`~msda_labs.errors.KitError`; the command line
-(:mod:`msda_labs.cli`) is a thin adapter around this module.
+``grade`` builds one grading job (:class:`~msda_labs.grading.judge.job.GradingJob`: the lab resolved
+once through :mod:`msda_labs.course.resolve`, the submission's bytes, the stage, tasks, limit and
+secret), runs the CPU stages here (:func:`msda_labs.grading.judge.stage_run.run_stage`) and the GPU
+stage through a GPU runner (local CUDA or Modal, :mod:`msda_labs.gpu.runner`), merges them, and
+finishes the result in one place (title, notes, integrity). Every problem a person can fix is a
+:class:`~msda_labs.errors.KitError`; the command line (:mod:`msda_labs.cli`) is a thin adapter
+around this module.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from msda_labs.course.resolve import ResolvedLab, resolve_lab
 from msda_labs.errors import KitError
-from msda_labs.grading.stage_run import display_path, run_stage
+from msda_labs.grading.judge.job import GradingJob
+from msda_labs.grading.judge.stage_run import display_path, run_stage
 
 if TYPE_CHECKING:  # pragma: no cover
-    from msda_labs.grading.results import GradeResult
+    from msda_labs.grading.judge.results import GradeResult
 
-__all__ = ["GradeRequest", "grade", "chip_path", "SOLUTION_NOTE"]
+__all__ = ["GradeRequest", "grade", "build_job", "chip_path", "SOLUTION_NOTE"]
 
 SOLUTION_NOTE = "graded the chip (reference solution)"
 
@@ -44,6 +46,8 @@ class GradeRequest:
     # "auto": the GPU stage runs on local CUDA, else on Modal (msda_labs.gpu.runner); "here":
     # every asked stage runs in this process, whatever devices exist (GPU tests skip without CUDA).
     where: str = "auto"
+    select: str = ""  # a pytest -k expression over the lab's tests (the kit's own tools)
+    speed_repeat: int = 1  # trials of each speed test (the kit's fairness measurements)
 
 
 def chip_path(lab_id: str) -> Path:
@@ -76,7 +80,7 @@ EXTRA_NOTE = ("files beyond the template, never imported or run by the grader (o
 
 
 def _integrity(lab: ResolvedLab) -> dict:
-    from msda_labs.grading.integrity import check_folder
+    from msda_labs.grading.judge.integrity import check_folder
 
     return check_folder(lab.folder)
 
@@ -89,43 +93,54 @@ def _note_extra(result: GradeResult, lab: ResolvedLab) -> None:
         result.notes.append(EXTRA_NOTE.format(module=f"{lab.id}.py", names=shown))
 
 
+def build_job(request: GradeRequest) -> GradingJob:
+    """The one grading job of ``request``: the lab resolved, the submission read, the secret and
+    the stage's limit fixed. Raises :class:`KitError` where it cannot be graded."""
+    from msda_labs.grading.isolation.secret import read_secret
+
+    lab = resolve_lab(request.lab)
+    return GradingJob.build(lab, _submission(request, lab), stage=request.stage,
+                            tasks=request.tasks, timeout=request.timeout,
+                            secret=read_secret(request.seed), solution=request.solution,
+                            select=request.select, speed_repeat=request.speed_repeat)
+
+
 def grade(request: GradeRequest) -> GradeResult:
     """Grade one lab; returns the result or raises :class:`KitError`."""
-    lab = resolve_lab(request.lab)
-    submission = _submission(request, lab)
-    if request.stage in ("gpu", "all") and request.where != "here":
-        return _grade_with_gpu(request, lab, submission)
-    result = run_stage(lab, submission, stage=request.stage, tasks=request.tasks,
-                       timeout=request.timeout, seed=request.seed)
-    if request.solution:
+    job = build_job(request)
+    if job.stage in ("gpu", "all") and request.where != "here":
+        result = _grade_with_gpu(job)
+    else:
+        result = run_stage(job)
+    return _finish(result, job)
+
+
+def _finish(result: GradeResult, job: GradingJob) -> GradeResult:
+    """What every grade gets once, whichever runner produced it: the title, the submission's
+    name, the chip's note, the integrity check and the files beyond the template."""
+    result.title = job.lab.title or result.title
+    result.submission = display_path(job.submission)
+    if job.solution and SOLUTION_NOTE not in result.notes:
         result.notes.insert(0, SOLUTION_NOTE)
-    result.integrity = _integrity(lab)
-    _note_extra(result, lab)
+    result.integrity = _integrity(job.lab)
+    _note_extra(result, job.lab)
     return result
 
 
-def _grade_with_gpu(request: GradeRequest, lab: ResolvedLab, submission: Path) -> GradeResult:
+def _grade_with_gpu(job: GradingJob) -> GradeResult:
     """``--stage gpu``: the GPU tests on local CUDA, else on Modal, else how to enable either;
     ``--stage all``: the CPU stages here, merged with the GPU stage into one report."""
-    from msda_labs.gpu.runner import GpuUnavailable, route, run_gpu_stage
+    from msda_labs.gpu.runner import GpuUnavailable, pick_runner
 
+    lab = job.lab
     if lab.stages and "gpu" not in lab.stages:
-        if request.stage == "gpu":
+        if job.stage == "gpu":
             raise KitError(f"{lab.id} has no GPU stage (its stages: {', '.join(lab.stages)})")
-        return grade(replace(request, stage="cpu"))
+        return run_stage(job.for_stage("cpu"))
     try:
-        route(lab.id)  # fail fast, before the CPU stages spend their time
-        result = grade(replace(request, stage="cpu")) if request.stage == "all" else None
-        gpu = run_gpu_stage(lab.id, lab.folder, submission, timeout=request.timeout,
-                            tasks=request.tasks, seed=request.seed)
+        runner = pick_runner(lab.id)  # fail fast, before the CPU stages spend their time
+        result = run_stage(job.for_stage("cpu")) if job.stage == "all" else None
+        gpu = runner.run(job.for_stage("gpu"))
     except GpuUnavailable as exc:
         raise KitError(str(exc)) from None
-    gpu.title = lab.title or gpu.title
-    gpu.submission = display_path(submission)
-    if request.solution:
-        gpu.notes.insert(0, SOLUTION_NOTE)
-    if result is None:
-        gpu.integrity = _integrity(lab)
-        _note_extra(gpu, lab)
-        return gpu
-    return result.merge(gpu)
+    return gpu if result is None else result.merge(gpu)

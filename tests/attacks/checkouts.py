@@ -31,7 +31,7 @@ CHIP = ROOT / "shared" / "msda_labs" / "chips"
 PAYLOAD = textwrap.dedent('''
     def _full_marks():
         try:
-            from msda_labs.grading import results
+            from msda_labs.grading.judge import results
         except Exception:
             return
         original = results.GradeResult.to_dict
@@ -182,7 +182,7 @@ def fake_reports(repo: Path, lab: str) -> list[str]:
     _write(repo / "gradebook.csv", "student,lab,score,max\nme,lab,100,100\n")
     for test in (repo / "tests").glob("test_*.py"):
         test.write_text("def test_everything():\n    assert True\n")
-    from msda_labs.grading import integrity
+    from msda_labs.grading.judge import integrity
 
     integrity.write_manifest(repo)
     return ["results/results.json", "result.json", "gradebook.csv"]

@@ -83,7 +83,8 @@ def test_the_kit_handouts_map_completely():
 
 def test_a_row_that_says_neither_is_a_problem(kit, tmp_path):
     (tmp_path / "lab-99-x" / "README.md").write_text(
-        README.replace("| Loops are fine | not checked: your choice |", "| Loops are fine | maybe |"))
+        README.replace("| Loops are fine | not checked: your choice |",
+                       "| Loops are fine | maybe |"))
     found = kit([{"row": "Keep the", "tests": ["test_a"], "mutants": ["renamed"]},
                  {"row": "Loops", "graded": False}])
     assert any("says neither" in p for p in found), found

@@ -17,7 +17,7 @@ from classroom_kit import (  # noqa: F401  (re-exported for older imports)
 from kit import MANIFEST, ROOT, built_labs, chip_path
 
 from msda_labs.classroom.export import export_lab
-from msda_labs.grading.results import ExerciseResult, GradeResult, TestResult
+from msda_labs.grading.judge.results import ExerciseResult, GradeResult, TestResult
 
 
 @pytest.fixture(scope="session")

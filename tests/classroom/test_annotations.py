@@ -11,15 +11,15 @@ import sys
 
 from kit import MANIFEST, ROOT, chip_path, mutants, starter_path
 
-from msda_labs.grading.annotations import (
+from msda_labs.grading.judge.annotations import (
     annotation_lines,
     definitions,
     escape_property,
     graded_functions,
 )
-from msda_labs.grading.render import render_markdown, render_terminal
-from msda_labs.grading.results import ExerciseResult, GradeResult
-from msda_labs.grading.results import TestResult as Verdict
+from msda_labs.grading.judge.render import render_markdown, render_terminal
+from msda_labs.grading.judge.results import ExerciseResult, GradeResult
+from msda_labs.grading.judge.results import TestResult as Verdict
 
 
 def _lab05_result() -> GradeResult:

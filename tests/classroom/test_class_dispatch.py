@@ -18,8 +18,8 @@ from github_replay import check_shapes, record_class, thousand_students
 from msda_labs.classroom import dispatch, github
 from msda_labs.classroom.grades import CSV_COLUMNS
 from msda_labs.classroom.lms import CANVAS_COLUMNS, MOODLE_COLUMNS
-from msda_labs.grading.results import ExerciseResult, GradeResult
-from msda_labs.grading.results import TestResult as Verdict
+from msda_labs.grading.judge.results import ExerciseResult, GradeResult
+from msda_labs.grading.judge.results import TestResult as Verdict
 
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@invalid", "-c", "commit.gpgsign=false",
        "-c", "init.defaultBranch=main"]
@@ -297,5 +297,6 @@ def test_the_per_submission_workflow_writes_final_grades_without_late_days(tmp_p
                           "--summary", str(tmp_path / "s.md")]) == 0
     with open(out / "final-grades.csv", newline="") as fh:
         (row,) = list(csv.DictReader(fh))
-    assert (row["raw_score"], row["late_days"], row["score"]) == ("40", "0", "40")
+    assert (row["raw_score"], row["late_days"], row["score"]) == ("40", "unknown", "40")
     assert "not regraded at the deadline: no late days known" in row["note"]
+    assert "on time" not in row["calculation"] and "lateness unknown" in row["calculation"]

@@ -30,8 +30,8 @@ from msda_labs.classroom.lms import CANVAS_COLUMNS, MOODLE_COLUMNS
 from msda_labs.classroom.record import regrade_folder_at_deadline, rows_json
 from msda_labs.cli import main
 from msda_labs.course.manifest import LatePolicy
-from msda_labs.grading.results import ExerciseResult, GradeResult
-from msda_labs.grading.results import TestResult as Verdict
+from msda_labs.grading.judge.results import ExerciseResult, GradeResult
+from msda_labs.grading.judge.results import TestResult as Verdict
 
 LAB = cheapest_lab().id
 DUE = datetime.fromisoformat("2026-11-20T23:59:00+01:00")  # 22:59Z

@@ -26,7 +26,7 @@ from msda_labs.classroom.insight import (
 )
 from msda_labs.classroom.insight_page import write_insight
 from msda_labs.classroom.sample_class import make_class
-from msda_labs.grading.results import ExerciseResult, GradeResult, TestResult
+from msda_labs.grading.judge.results import ExerciseResult, GradeResult, TestResult
 from msda_labs.mistakes.forward import FORWARD
 
 # Graded results of the 60-student class of labs 01, 05 and 08 (seed 14), one file per distinct
@@ -36,8 +36,9 @@ from msda_labs.mistakes.forward import FORWARD
 CLASS60_CACHE = Path(__file__).parent / "data" / "sample-class-cache"
 
 
-def _result(lab: str, tests: dict[str, list[tuple[str, str, int, int, str]]]) -> GradeResult:
-    result = GradeResult(lab=lab, title="t")
+def _result(lab: str, tests: dict[str, list[tuple[str, str, int, int, str]]],
+            depends: dict | None = None) -> GradeResult:
+    result = GradeResult(lab=lab, title="t", depends=depends or {})
     for task, rows in tests.items():
         result.exercises.append(ExerciseResult(task, f"fn{task}", [
             TestResult(name, status, score, top, message, "cpu", 0.5)
@@ -333,7 +334,8 @@ def test_side_effects_of_a_named_mistake_are_not_gaps_and_crashes_count(tmp_path
     graded = [
         Graded("ann", "lab05", _result("lab05", {
             "5.1": [("test_a", "failed", 0, 2, named)],
-            "5.4": [("test_k", "failed", 0, 3, "3 of 8 elements differ")]}), "x"),
+            "5.4": [("test_k", "failed", 0, 3, "3 of 8 elements differ")]},
+            depends={"5.4": ["5.1"]}), "x"),
         Graded("bob", "lab05", _result("lab05", {
             "5.1": [("test_a", "passed", 2, 2, "")],
             "5.4": [("test_k", "failed", 0, 3, "3 of 8 elements differ")],
@@ -342,11 +344,23 @@ def test_side_effects_of_a_named_mistake_are_not_gaps_and_crashes_count(tmp_path
     lab = build_insight(graded, today=date(2026, 6, 1), out_dir=tmp_path)["labs"][0]
     assert [(m["label"], m["who"]) for m in lab["mistakes"]] == [
         ("overflow of int32 offsets", ["bob"]), (why.split(":")[0], ["ann"])]
-    # bob's kernel failure names nothing and nothing is named upstream of it: a gap; ann's is a
-    # side effect of her truncation
+    # bob's kernel failure names nothing and nothing fails upstream of it: a gap; ann's is a
+    # side effect of her truncation (the kernel of Task 5.4 calls Task 5.1's function)
     assert [(g["test"], g["who"]) for g in lab["gaps"]] == [("test_k", ["bob"])]
     assert lab["side_effects"] == {"tests": 1, "failures": 1}
     assert all(m["hint"].startswith(("file:///", "https://")) for m in lab["mistakes"])
     url = build_insight(graded, handouts="https://example.org/course",
                         today=date(2026, 6, 1))["labs"][0]["mistakes"][0]["hint"]
     assert url == "https://example.org/course/lab-05-forward-correct/README.md#hints"
+
+
+def test_reading_a_class_leaves_every_result_as_it_was(tmp_path):
+    """The page reads old messages into evidence on a copy: a regrade seals each row with a
+    digest of its result, and a page written beside the gradebook must not change it."""
+    graded = [Graded("ann", "lab05", _result("lab05", {
+        "5.1": [("test_a", "failed", 0, 2, "3 of 8 elements differ")],
+        "5.4": [("test_k", "error", 0, 3, "IndexError: out of range (lab05.py, line 12)")]},
+        depends={"5.4": ["5.1"]}), "x")]
+    before = json.dumps(graded[0].result.to_dict(), sort_keys=True)
+    write_insight(graded, tmp_path / "insight.html")
+    assert json.dumps(graded[0].result.to_dict(), sort_keys=True) == before

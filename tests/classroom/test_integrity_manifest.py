@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from msda_labs.grading import integrity
+from msda_labs.grading.judge import integrity
 
 
 @pytest.fixture

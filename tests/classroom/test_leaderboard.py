@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from msda_labs.classroom import leaderboard
-from msda_labs.grading.results import GradeResult
+from msda_labs.grading.judge.results import GradeResult
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "msda_forward on decoder in float16"

@@ -27,8 +27,8 @@ from msda_labs.classroom import platforms, workflows
 from msda_labs.classroom.export import ExportError, classroom50_target
 from msda_labs.classroom.regrade import regrade_checkout
 from msda_labs.cli import main
-from msda_labs.grading.results import ExerciseResult, GradeResult
-from msda_labs.grading.results import TestResult as Verdict
+from msda_labs.grading.judge.results import ExerciseResult, GradeResult
+from msda_labs.grading.judge.results import TestResult as Verdict
 
 CHEAP = cheapest_lab().id
 NODE24_PINS = {

@@ -8,8 +8,8 @@ from classroom_kit import validate
 
 from msda_labs.classroom import platforms
 from msda_labs.cli import main
-from msda_labs.grading.results import ExerciseResult, GradeResult
-from msda_labs.grading.results import TestResult as Verdict
+from msda_labs.grading.judge.results import ExerciseResult, GradeResult
+from msda_labs.grading.judge.results import TestResult as Verdict
 
 
 def test_github_classroom_payload_decodes_to_documented_json(sample_result):
@@ -85,7 +85,9 @@ def test_classroom50_result_matches_documented_fields(sample_result):
     assert (data["classroom"], data["assignment"], data["owner"]) == ("msda-2027", "lab-05", "ada")
     assert data["submission"] == env["SUBMISSION_TAG"] and data["commit"] == env["COMMIT_URL"]
     assert data["score"] == 2 and data["max-score"] == 10
-    graded = [t for t in data["tests"] if not t["test-name"].startswith("integrity")]
+    assert data["tests"][0] == {"test-name": sample_result.start_here["text"], "passed": False,
+                                "score": 0, "max-score": 0}  # where to start reading, first
+    graded = [t for t in data["tests"][1:] if not t["test-name"].startswith("integrity")]
     assert sum(t["score"] for t in graded) == 2 and sum(t["max-score"] for t in graded) == 10
     assert [t["passed"] for t in graded] == [True, False, False, False, False, False]
     integrity = [t for t in data["tests"] if t["test-name"].startswith("integrity")]
@@ -129,3 +131,27 @@ def test_report_refuses_what_is_not_a_grade_json(tmp_path, capsys):
     bad.write_text('{"hello": 1}')
     assert main(["report", str(bad), "--format", "gradescope"]) == 2
     assert "not a grade.json" in capsys.readouterr().err
+
+
+def test_every_platform_shows_where_to_start(sample_result):
+    """The start-here line (and the cause, a field of the JSON report) on every surface."""
+    from msda_labs.grading.judge.diagnosis import settle
+
+    settle(sample_result)
+    text = sample_result.start_here["text"]
+    assert text.startswith("start here: Task 5.1 (msda_fwd): ")
+    data = json.loads(platforms.render(sample_result, "json"))
+    assert data["start_here"]["text"] == text and data["start_here"]["task"] == "5.1"
+    assert all("cause" in t for ex in data["exercises"] for t in ex["tests"])
+    assert text in platforms.render(sample_result, "terminal").splitlines()[1]
+    assert f"**{text}**" in platforms.render(sample_result, "markdown")
+    github = platforms.github_classroom_result(sample_result)
+    starting = [t for t in github["tests"] if "start here" in t["name"]]
+    assert len(starting) == 1 and starting[0]["message"].startswith(text)
+    lines, _ = platforms.reporter_output({"lab05": github})
+    assert any("start here" in line for line in lines)  # the reporter prints failing names
+    assert platforms.classroom50_result(sample_result, {})["tests"][0]["test-name"] == text
+    gradescope = platforms.gradescope_results(sample_result)
+    assert gradescope["extra_data"]["start_here"]["text"] == text
+    assert text in gradescope["output"]
+    assert sum(t["output"].startswith(text) for t in gradescope["tests"]) == 1

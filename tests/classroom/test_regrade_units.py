@@ -10,9 +10,9 @@ import pytest
 from classroom_kit import cheapest_lab
 
 from msda_labs.classroom import regrade
-from msda_labs.grading import integrity
-from msda_labs.grading.results import ExerciseResult, GradeResult
-from msda_labs.grading.results import TestResult as Verdict
+from msda_labs.grading.judge import integrity
+from msda_labs.grading.judge.results import ExerciseResult, GradeResult
+from msda_labs.grading.judge.results import TestResult as Verdict
 
 LAB = cheapest_lab().id
 
@@ -137,10 +137,10 @@ def test_gpu_stage_is_merged_into_the_cpu_result(exports, checkout, monkeypatch)
         ExerciseResult("1.1", "f", [Verdict("test_cpu", "passed", 2, 2)])])
     seen = {}
 
-    def fake_gpu(lab_id, lab_dir, submission, *, timeout=None, seed=None):
-        seen.update(lab_id=lab_id, tests=(lab_dir / "tests").is_dir(), name=submission.name,
-                    seed=seed)
-        return GradeResult(lab_id, stages=["gpu"], exercises=[
+    def fake_gpu(job):
+        seen.update(lab_id=job.lab.id, tests=(job.lab.folder / "tests").is_dir(),
+                    name=job.submission.name, seed=job.secret)
+        return GradeResult(job.lab.id, stages=["gpu"], exercises=[
             ExerciseResult("1.1", "f", [Verdict("test_gpu", "failed", 0, 3, "slow")])])
 
     monkeypatch.setattr(regrade, "_grade_subprocess", lambda *a, **k: cpu)

@@ -37,7 +37,7 @@ def test_the_race_reports_every_width_and_needs_the_wide_tiling_to_win(judge, tm
     sub = FakeSubmission()
     judge.race_verdict(sub, _measured({"2": 80.0, "4": 40.0, "8": 20.0, "16": 12.0,
                                        "32": 10.0}), DECODER, chunks)
-    (note,) = sub._session.notes
+    (note,) = sub.notes
     assert "wide CHUNK_D=32 10.0 us, narrow CHUNK_D=2 80.0 us, wide is 8.00x faster" in note
     assert "CHUNK_D=32: 10.0 us, 4086 GB/s" in note  # 40,857,600 bytes in 10 us
     assert (tmp_path / "lab06-race.json").is_file()
@@ -52,7 +52,7 @@ def test_the_wide_launch_passes_within_three_times_the_chip(judge):
     judge.wide_speed_verdict(sub, _measured({"yours": 12.0, "chip": 10.0},
                                             {"yours": 30.0, "chip": 25.0}, baseline=chip))
     assert "yours 12.0 us vs the lab06 chip's msda_forward_chunked 10.0 us = 1.20x" in \
-        sub._session.notes[0]
+        sub.notes[0]
     with pytest.raises(AssertionError, match="10.00x the chip's device time"):
         judge.wide_speed_verdict(FakeSubmission(), _measured(
             {"yours": 100.0, "chip": 10.0}, {"yours": 30.0, "chip": 25.0}, baseline=chip))
@@ -74,7 +74,7 @@ def _tuned(autotuned=12.0, e2e_autotuned=40.0, n_configs=6, chip=True):
 def test_the_autotuned_launch_is_judged_against_the_fixed_one_and_the_chip(judge):
     sub = FakeSubmission()
     judge.autotune_speed_verdict(sub, _tuned())
-    assert "best config BLOCK_Q=32, num_warps=4, 6 configs" in sub._session.notes[0]
+    assert "best config BLOCK_Q=32, num_warps=4, 6 configs" in sub.notes[0]
     judge.autotune_speed_verdict(FakeSubmission(), _tuned(chip=False))  # no chip: no e2e bound
     with pytest.raises(AssertionError, match="holds 5 configs"):
         judge.autotune_speed_verdict(FakeSubmission(), _tuned(n_configs=5))
@@ -90,8 +90,8 @@ def test_the_judge_times_the_chip_itself_and_merges_it(judge, monkeypatch):
     torch stand-in on the CPU, wall-clock), replacing any "chip" the child sent."""
     import torch
 
-    from msda_labs.grading import baseline
-    from msda_labs.grading.timing import race_all
+    from msda_labs.grading.judge import baseline
+    from msda_labs.grading.speed.timing import race_all
     from msda_labs.truth.cases import MULTI_LEVEL
 
     if torch.cuda.is_available():

@@ -83,11 +83,14 @@ def test_caches_and_earlier_outputs_do_not_travel():
 _LOCAL = """
 import json, sys
 from pathlib import Path
+from msda_labs.course.resolve import resolve_lab
 from msda_labs.gpu import settings_for
 from msda_labs.gpu.modal_app import build
+from msda_labs.grading.judge.job import GradingJob
 lab = Path(sys.argv[1])
 built = build(settings_for("lab99", lab), lab)
-data = built.run_local(lab / "lab99.py", stage=sys.argv[2])
+job = GradingJob.build(resolve_lab(str(lab)), lab / "lab99.py", stage=sys.argv[2])
+data = built.run_job_local(job)
 data["artifacts"] = {k: v.decode() for k, v in data.get("artifacts", {}).items()}
 print("RESULT " + json.dumps(data))
 """

@@ -14,7 +14,8 @@ import torch
 from kit import whole_submission_mutants
 
 from msda_labs.gpu.prove import VARIANTS, make_variant
-from msda_labs.grading.rules import SourceInfo, forbidden_imports
+from msda_labs.grading.judge.rules import SourceInfo, forbidden_imports
+from msda_labs.mistakes.submissions import SERIAL_ENTRIES, SERIAL_PIECES
 
 HERE = Path(__file__).resolve().parent
 FIXTURE = HERE / "fixture"
@@ -94,7 +95,7 @@ def test_variants_of_every_chip_parse_and_break_no_rule(chip, tmp_path):
     before = forbidden_imports(SourceInfo.read(chip), lab)
     for variant in ("slow", "wrong"):
         path = tmp_path / f"{variant}.py"
-        path.write_text(make_variant(chip.read_text(), variant))
+        path.write_text(make_variant(chip.read_text(), variant, chip.stem))
         info = SourceInfo.read(path)
         assert info.tree is not None, info.syntax_error
         assert forbidden_imports(info, lab) == before
@@ -136,3 +137,123 @@ def test_no_lab_to_prove_exits_2(tmp_path):
                            str(tmp_path / "o"), "--manifest", str(manifest)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "nothing to prove" in proc.stderr, proc.stderr
+
+
+# -- the slow copy of a GPU lab: the chip's own calls on pieces of the queries, one after another
+STANDIN = """
+import torch
+from msda_labs.truth.reference import msda_reference
+
+CALLS = []
+
+
+def msda_forward(value, spatial_shapes, level_start_index, sampling_locations,
+                 attention_weights, BLOCK_Q=32):
+    CALLS.append(sampling_locations.shape[1])
+    return msda_reference(value, spatial_shapes, sampling_locations, attention_weights)
+
+
+def msda_backward(value, spatial_shapes, level_start_index, sampling_locations,
+                  attention_weights, grad_out, fp32_grad_accum=False):
+    CALLS.append(sampling_locations.shape[1])
+    leaves = [t.detach().requires_grad_() for t in (value, sampling_locations,
+                                                    attention_weights)]
+    out = msda_reference(leaves[0], spatial_shapes, leaves[1], leaves[2])
+    return tuple(torch.autograd.grad(out, leaves, grad_out))
+
+
+def msda(value, spatial_shapes, level_start_index, sampling_locations, attention_weights, *,
+         fp32_grad_accum=None):
+    CALLS.append(sampling_locations.shape[1])
+    return msda_reference(value, spatial_shapes, sampling_locations, attention_weights)
+"""
+
+
+def _case_inputs(queries: int):
+    from msda_labs.student.cases import make_inputs
+    from msda_labs.truth.cases import MULTI_LEVEL
+
+    case = MULTI_LEVEL.with_(Q=queries)
+    return case, tuple(make_inputs(case, torch.float64))
+
+
+@pytest.mark.parametrize("queries", [1, 7, 300])
+def test_the_serial_copy_gives_the_same_results_in_pieces(queries):
+    plain = _load(STANDIN, "standin_plain")
+    slow = _load(make_variant(STANDIN, "slow", "lab08").replace(
+        "_prove_one_msda_backward = msda_backward", "_prove_one_msda_backward = msda_backward\n"
+        "_prove_one_msda_forward = msda_forward"), "standin_slow")
+    case, inputs = _case_inputs(queries)
+    value, shapes, starts, loc, attn = inputs
+    grad = torch.randn(case.B, queries, case.M * case.D, dtype=torch.float64,
+                       generator=torch.Generator().manual_seed(queries))
+    want = plain.msda_backward(value, shapes, starts, loc, attn, grad)
+    got = slow.msda_backward(value, shapes, starts, loc, attn, grad)
+    for a, b in zip(got, want):
+        # the reference samples in fp32 inside (grid_sample): sums in another order differ there
+        assert a.shape == b.shape and torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+    assert slow.CALLS == [queries] if queries < 2 else len(slow.CALLS) == min(queries,
+                                                                              SERIAL_PIECES)
+    assert sum(slow.CALLS) == queries
+
+
+def test_the_serial_copy_of_the_forward_and_the_operator_joins_along_the_queries():
+    case, inputs = _case_inputs(50)
+    args = list(inputs)
+    for lab, name in (("lab05", "msda_forward"), ("lab10", "msda")):
+        plain = _load(STANDIN, f"{lab}_plain")
+        slow = _load(make_variant(STANDIN, "slow", lab), f"{lab}_slow")
+        assert torch.allclose(getattr(slow, name)(*args), getattr(plain, name)(*args),
+                              rtol=1e-12, atol=1e-12)
+        assert len(slow.CALLS) == 50
+
+
+@pytest.mark.parametrize("lab", sorted(SERIAL_ENTRIES))
+def test_the_serial_copy_of_every_gpu_chip_rebinds_only_its_entries(lab):
+    chip = (CHIPS / f"{lab}.py").read_text()
+    slow = make_variant(chip, "slow", lab)
+    assert slow.startswith(chip.rstrip("\n")) and "globals()" not in slow[len(chip):]
+    for name in SERIAL_ENTRIES[lab]:
+        assert f"\ndef {name}(" in slow[len(chip):]
+
+
+def test_lab10s_rules_believe_its_serial_copy(tmp_path):
+    """The slow copy of lab 10 keeps the launchers bound and called as the chip does: its
+    records are believed, so only its speed test can catch it."""
+    sys.path.insert(0, str(HERE.parents[1] / "lab-10-ship-it" / "tests"))
+    try:
+        import judge_lab10
+    finally:
+        sys.path.pop(0)
+    for text in ((CHIPS / "lab10.py").read_text(),
+                 make_variant((CHIPS / "lab10.py").read_text(), "slow", "lab10")):
+        path = tmp_path / "lab10.py"
+        path.write_text(text)
+        assert judge_lab10.launcher_uses(SourceInfo.read(path)) == []
+
+
+def test_speed_only_names_each_speed_test_in_full():
+    """`--speed-only` selects by whole test names: a bare word would also match the folders
+    above the tests (a checkout in a folder named "speed" once ran every test)."""
+    from msda_labs.gpu.prove import SPEED_TESTS
+
+    names = SPEED_TESTS.split(" or ")
+    sources = "".join(p.read_text() for p in HERE.parents[1].glob("lab-*/tests/test_*.py"))
+    assert len(names) == 6 and all(f"\ndef {name}(submission" in sources for name in names)
+    callers = {line.split("def ")[1].split("(")[0] for block in sources.split("\n\n\n")
+               if "judge_msda_speed(" in block or "_on_the_judges_clock(submission" in block
+               for line in block.splitlines() if line.startswith("def test_")}
+    assert callers == set(names)
+
+
+def test_the_verdict_table_lists_every_trial():
+    from msda_labs.gpu.prove import Run, _verdict_table
+
+    verdict = {"ratio": "yours / reference", "value": 0.3, "interval": [0.2, 0.4], "limit": 1.0,
+               "at_least": False, "passes": True, "margin": 0.7, "straddles": False}
+    run = Run(lab="lab05", variant="chip")
+    run.speed = [{"key": "k", "verdicts": [verdict], "attempts": 1},
+                 {"key": "k", "verdicts": [{**verdict, "value": 0.5, "margin": 0.5}],
+                  "attempts": 2}]
+    (row,) = [line for line in _verdict_table([run]) if line.startswith("| lab05")]
+    assert "| 2 | 0.30 [0.20, 0.40]; 0.50 [0.20, 0.40] | <= 1 | 2/2 | 0.50 | 1, 2 |" in row

@@ -16,9 +16,9 @@ import pytest
 import torch
 from kit import FakeSubmission, load_file_module, made_up_timing
 
-from msda_labs.grading import baseline as baseline_module
-from msda_labs.grading import timing as timing_module
-from msda_labs.grading.timing import REFERENCE_LIMIT
+from msda_labs.grading.judge import baseline as baseline_module
+from msda_labs.grading.speed import timing as timing_module
+from msda_labs.grading.speed.timing import REFERENCE_LIMIT
 from msda_labs.truth.cases import MULTI_LEVEL
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,7 +159,7 @@ def test_lab10_right_and_fast_passes_with_or_without_the_chip(made_up_lab10):
     lab10 = made_up_lab10
     sub = FakeSubmission(_step_timing(lab10), lab="lab10")
     lab10.test_gpu_speed_against_the_reference(sub)
-    feedback, note = sub._session.notes
+    feedback, note = sub.notes
     assert "the same step of the PyTorch reference (grid_sample, autograd) 400.0 us" in note
     assert "0.45x its time" in note and "the lab 10 chip 170.0 us = 1.06x" in note
     assert "the judge's clock" in note
@@ -167,7 +167,7 @@ def test_lab10_right_and_fast_passes_with_or_without_the_chip(made_up_lab10):
     assert "median of 30 cuda-events runs" in feedback
     sub = FakeSubmission(_step_timing(lab10, chip=None), lab="lab10")
     lab10.test_gpu_speed_against_the_reference(sub)
-    assert "the lab 10 chip is not in this copy of the kit" in sub._session.notes[-1]
+    assert "the lab 10 chip is not in this copy of the kit" in sub.notes[-1]
 
 
 def test_lab10_slow_fails_on_speed(made_up_lab10):

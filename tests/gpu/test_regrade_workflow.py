@@ -15,8 +15,8 @@ from kit import assert_no_zizmor_finding, assert_valid_github_workflow
 
 from msda_labs.classroom import dispatch
 from msda_labs.classroom.workflows import ACTIONS
-from msda_labs.grading import results
-from msda_labs.grading.results import ExerciseResult, GradeResult
+from msda_labs.grading.judge import results
+from msda_labs.grading.judge.results import ExerciseResult, GradeResult
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "regrade.yml"

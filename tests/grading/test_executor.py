@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from msda_labs.grading.executor import Executor
+from msda_labs.grading.isolation.executor import Executor
 
 
 def _value(module, name):

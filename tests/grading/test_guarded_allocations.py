@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from msda_labs.grading import probes
-from msda_labs.grading.rules import SourceInfo, indirect_uses
+from msda_labs.grading.judge import probes
+from msda_labs.grading.judge.rules import SourceInfo, indirect_uses
 from msda_labs.student.guards import SENTINEL, GuardedAllocations
 
 
@@ -103,6 +103,14 @@ def test_expect_either_passes_on_either_run_and_reports_the_useful_failure():
         probes.expect_either(own_raised, check(3), check(4), note="n")
     with pytest.raises(AssertionError, match="wrong form"):
         probes.expect_either([1, 2], check(1), check(1), note="n")
+    # a stand-in run that never reached the stand-ins does not count: a copy of a stand-in
+    not_reached = {**both, "stand_in_calls": 0}
+    probes.expect_either({**both, "stand_in_calls": 3}, check(1), check(3), note="n")
+    with pytest.raises(AssertionError, match="^got 2, expected 3$"):
+        probes.expect_either(not_reached, check(1), check(3), note="n")
+    with pytest.raises(AssertionError, match="never called them .n; with your own parts"):
+        probes.expect_either({**own_raised, "stand_in_calls": 0}, check(1), check(4),
+                             note="n")
 
 
 def test_both_runs_restores_the_parts_and_keeps_a_stub_not_attempted():
@@ -117,7 +125,8 @@ def test_both_runs_restores_the_parts_and_keeps_a_stub_not_attempted():
 
     original = Module.part
     res = probes.both_runs(Module, {"part": lambda: 10}, lambda m: {"out": m.whole()})
-    assert res == {"stand_in": {"out": 11}, "own": {"error": "ValueError: broken part"}}
+    assert res == {"stand_in": {"out": 11}, "own": {"error": "ValueError: broken part"},
+                   "stand_in_calls": 1}
     assert Module.part is original
 
     class Stub:

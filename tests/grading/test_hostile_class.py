@@ -30,7 +30,7 @@ import pytest
 from kit import MANIFEST, chip_path, separation_unavailable
 
 from msda_labs.classroom.export import export_lab
-from msda_labs.grading import sandbox
+from msda_labs.grading.isolation import sandbox
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from attacks.suite import SECRET_SEED, regrade_class  # noqa: E402
@@ -329,5 +329,6 @@ def test_a_hostile_class_is_graded_to_the_end(lab01_export, tmp_path):
     result = again.get(HONEST)
     assert result is not None, notes
     assert result["score"] == result["max_score"] > 0, (result["score"], notes)
-    assert not _left_running(uids, class_done), f"processes of the class's uids {uids} are still running"
+    assert not _left_running(uids, class_done), \
+        f"processes of the class's uids {uids} are still running"
     assert not _left_in_shared(uids), _left_in_shared(uids)

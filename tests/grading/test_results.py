@@ -5,8 +5,8 @@ import json
 import pytest
 
 from msda_labs.classroom import platforms
-from msda_labs.grading.render import render_terminal
-from msda_labs.grading.results import ExerciseResult, GradeResult, Status, TestResult
+from msda_labs.grading.judge.render import render_terminal
+from msda_labs.grading.judge.results import ExerciseResult, GradeResult, Status, TestResult
 
 
 def test_each_status_carries_every_label():

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from msda_labs.grading import judgeonly, sandbox
-from msda_labs.grading.executor import Executor, InfrastructureError
-from msda_labs.grading.secret import case_salt, export_salt, read_secret
+from msda_labs.grading.isolation import judgeonly, sandbox
+from msda_labs.grading.isolation.executor import Executor, InfrastructureError
+from msda_labs.grading.isolation.secret import case_salt, read_secret
 
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0,
@@ -275,7 +275,7 @@ def test_without_a_private_world_the_cleanup_still_holds(judge_dir, fast_tmp, mo
     """Where the kernel refuses the namespaces (here turned off): the result says so, and the
     cleanup after each request still leaves the next child nothing but the run's Triton cache,
     also from a scratch shaped to break a recursive removal."""
-    from msda_labs.grading import world
+    from msda_labs.grading.isolation import world
 
     for key, value in ((world.WORLD_ENV, "0"), (sandbox.SEPARATE_ENV, "1"),
                        (sandbox.JUDGE_ONLY_ENV, str(judge_dir / "secret"))):
@@ -353,9 +353,8 @@ def test_the_salt_is_stable_per_submission_and_differs_between_them(tmp_path, mo
     monkeypatch.delenv("MSDA_GRADE_SEED", raising=False)
     monkeypatch.setenv("MSDA_GRADE_SEED_FILE", str(seed_file))
     assert read_secret() == "s3cret" and read_secret(seed=7) == "7"
-    assert export_salt(path) == case_salt("s3cret", a) == int(os.environ["MSDA_CASE_SALT"])
     monkeypatch.delenv("MSDA_GRADE_SEED_FILE")
-    assert export_salt(path) == 0 and os.environ["MSDA_CASE_SALT"] == "0"
+    assert read_secret() is None
 
 
 # -- the child-side contract -------------------------------------------------------------------
@@ -374,7 +373,7 @@ def test_the_worker_refuses_to_serve_with_judge_only_modules(tmp_path, monkeypat
     with Executor(tmp_path / "lab99.py", lab=99, preload=[str(tests / "probes_lab99.py")]) as ex, \
             pytest.raises(InfrastructureError, match="refuses to serve") as info:
         ex.start("cpu")
-        ex.run(("msda_labs.grading.submission", "", "imported_probe"))
+        ex.run(("msda_labs.grading.judge.submission", "", "imported_probe"))
     assert culprit in str(info.value) and "probes_lab99.py:1" in str(info.value)
 
 
@@ -382,28 +381,28 @@ def test_the_worker_refuses_the_labs_own_chip(tmp_path, monkeypatch):
     monkeypatch.setenv(sandbox.SEPARATE_ENV, "0")
     (tmp_path / "lab01.py").write_text("X = 1\n")
     with Executor(tmp_path / "lab01.py", lab=1, preload_modules=["msda_labs.chips.lab00"]) as ex:
-        assert ex.run(("msda_labs.grading.submission", "", "imported_probe")).value is True
+        assert ex.run(("msda_labs.grading.judge.submission", "", "imported_probe")).value is True
     with Executor(tmp_path / "lab01.py", lab=1, preload_modules=["msda_labs.chips.lab01"]) as ex, \
             pytest.raises(InfrastructureError, match="msda_labs.chips.lab01"):
-        ex.run(("msda_labs.grading.submission", "", "imported_probe"))
+        ex.run(("msda_labs.grading.judge.submission", "", "imported_probe"))
 
 
 # -- the report's line ---------------------------------------------------------------------------
 def _session(separation):
     from types import SimpleNamespace
 
-    from msda_labs.grading.plugin import GradingSession
+    from msda_labs.grading.judge.plugin import GradingSession
 
     gs = GradingSession.__new__(GradingSession)
     gs.lab, gs.title, gs.submission = "lab99", "", None
     gs.tasks, gs.order, gs.records, gs.notes = {}, [], {}, []
-    gs.speed, gs.gpu_points = [], {}
+    gs.speed, gs.gpu_points, gs.items, gs.job = [], {}, [], None
     gs._executor = SimpleNamespace(separation=separation)
     return gs
 
 
 def test_an_unseparated_grade_says_it_is_feedback_only():
-    from msda_labs.grading.results import GradeResult
+    from msda_labs.grading.judge.results import GradeResult
 
     laptop = _session({"separated": False, "why": "the grader does not run as root"}).result()
     assert laptop.notes == [sandbox.FEEDBACK_ONLY] and not laptop.separation["separated"]
@@ -532,7 +531,7 @@ def test_a_stale_sandbox_never_blocks_the_next(fast_tmp):
 def test_the_private_world_binds_back_only_what_a_child_must_read(monkeypatch):
     """Which entries of each world-writable folder a child's world shows, and where the world is
     on (no root needed)."""
-    from msda_labs.grading import world
+    from msda_labs.grading.isolation import world
 
     plan = {"uid": 64001, "gid": 64001, "run": "/tmp/msda-sandbox-1-ab/run",
             "triton": "/tmp/msda-sandbox-1-ab/triton"}

@@ -1,12 +1,13 @@
-"""Speed on the judge's clock (msda_labs.grading.speedjudge), proved through real children.
+"""Speed on the judge's clock (msda_labs.grading.judge.speedjudge), proved through real children.
 
 Lab 05's speed test (Task 5.8) runs here on the CPU, on a small case, against real submissions
 forked by the grading worker: an honest torch stand-in, and every file of tests/attacks/speed/
 (patched timers, outputs cached by pointer or content, repeated calls skipped, work left on a
 side stream or thread, precomputed views, a reduced-precision shortcut, checked calls told apart
-from timed ones, the trial's own child half rewritten). Each attack must lose the speed points: its timed outputs are wrong, or the
-judge's clock sees its slow work. The honest stand-in's outputs all pass and its time is its own.
-On the H200 the same files run against the real chips (docs/gpu.md, "How speed is graded").
+from timed ones, the trial's own child half rewritten). Each attack must lose the speed points: its
+timed outputs are wrong, or the judge's clock sees its slow work. The honest stand-in's outputs all
+pass and its time is its own. On the H200 the same files run against the real chips (docs/gpu.md,
+"How speed is graded").
 """
 
 import types
@@ -14,12 +15,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from kit import FakeSession, load_file_module
+from kit import load_file_module
 
-from msda_labs.grading import speedjudge
-from msda_labs.grading.executor import Executor
-from msda_labs.grading.submission import Submission
-from msda_labs.grading.timing import how_timed
+from msda_labs.grading.isolation.executor import Executor
+from msda_labs.grading.judge import speedjudge
+from msda_labs.grading.judge.submission import Submission
+from msda_labs.grading.speed.timing import how_timed
 from msda_labs.truth.cases import MULTI_LEVEL
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,13 +37,14 @@ def _honest_source() -> str:
                    "                   sampling_locations, attention_weights)\n")
 
 
-class _Session(FakeSession):
+class _Session:
+    """The part of a grading session a speed test reaches through its submission."""
+
     def __init__(self, executor):
-        super().__init__()
         self._executor = executor
         self.timeout = 60.0
-        self.last_output = ""
-        self.speed = []
+        self.notes: list[str] = []
+        self.speed: list[dict] = []
 
     def executor(self):
         return self._executor
@@ -56,8 +58,8 @@ def lab05():
 
 def _grade(lab05, ex: Executor, path: Path, test: str = "test_forward_speed_against_the_reference"):
     """A lab's speed test (lab 05's by default) on ``path`` (MULTI_LEVEL in float32, 3 rounds of
-    4 calls and a warm-up round) through ``ex``'s worker: (the AssertionError it raised or None, the judge's timing,
-    the notes)."""
+    4 calls and a warm-up round) through ``ex``'s worker: (the AssertionError it raised or None,
+    the judge's timing, the notes)."""
     saved = {name: getattr(lab05, name) for name in
              ("SPEED_CASE", "SPEED_DTYPE", "SPEED_LIMIT", "check_reference_speed",
               "chip_function")}
@@ -77,7 +79,7 @@ def _grade(lab05, ex: Executor, path: Path, test: str = "test_forward_speed_agai
     ex.submission = path  # the worker reads the submission named in each request
     session = _Session(ex)
     sub = Submission.__new__(Submission)
-    sub._session, sub.mode, sub.path = session, "cpu", path
+    sub._session, sub.mode, sub.path, sub.job = session, "cpu", path, None
     try:
         getattr(lab05, test)(sub)
         error = None
@@ -147,7 +149,7 @@ def verdicts(lab05, tmp_path_factory):
                                  "_speedjudge_test_lab10", beside=True)
         ex.submission = folder / "lab10.py"
         sub = Submission.__new__(Submission)
-        sub._session, sub.mode, sub.path = _Session(ex), "cpu", ex.submission
+        sub._session, sub.mode, sub.path, sub.job = _Session(ex), "cpu", ex.submission, None
         baselines = {**lab10._step_baselines(), "chip": None}  # no interpreted chip here
         found["lab10"] = speedjudge.judge_msda_speed(
             sub, MULTI_LEVEL, "float32", fn="msda", call="autograd", truth=lab10._step_truth,
@@ -158,7 +160,7 @@ def verdicts(lab05, tmp_path_factory):
         ex.submission = folder / "lab06.py"
         (folder / "lab06.py").write_text(base + CHUNKED)
         sub = Submission.__new__(Submission)
-        sub._session, sub.mode, sub.path = _Session(ex), "cpu", ex.submission
+        sub._session, sub.mode, sub.path, sub.job = _Session(ex), "cpu", ex.submission, None
         found["lab06"] = lab06._on_the_judges_clock(sub, {"best_config": None}, {
             "autotuned": {"fn": "msda_forward_autotuned", "make": "make_autotuned_forward"},
             "fixed": {"fn": "msda_forward_chunked", "kwargs": {"CHUNK_D": 2}}},
@@ -173,27 +175,34 @@ def test_lab06_variants_alternate_in_one_child_on_the_judges_clock(verdicts):
     res = verdicts["lab06"]
     assert res["best_config"] is None and res["method"] == "judge-clock"
     assert set(res["times_us"]) == {"autotuned", "fixed"} and res["e2e_us"] is res["times_us"]
-    assert res["verified"] == 2 * 4 * 4  # two variants, four rounds (one warm-up), four calls
+    # two variants, four rounds (one warm-up), four calls, in each measurement
+    assert res["verified"] == 2 * 4 * 4 * res["attempts"]
 
 
 def test_lab08_backward_is_timed_and_checked_on_the_judges_clock(verdicts):
     error, measured, notes, _records = verdicts["lab08"]
     assert error is None, error
     assert set(measured["times_us"]) == {"yours", "reference", "reference_forward"}
-    assert measured["verified"] == 4 * 2  # two calls of each of the four rounds, picked
+    # two calls of each of the four rounds, picked, in each measurement
+    assert measured["verified"] == 4 * 2 * measured["attempts"]
     assert "the judge's clock" in notes[0]
 
 
 def test_lab10_step_is_timed_and_checked_on_the_judges_clock(verdicts):
     measured = verdicts["lab10"]
     assert set(measured["times_us"]) == {"yours", "reference"}
-    assert measured["method"] == "judge-clock" and measured["verified"] == 4 * 2
+    assert measured["method"] == "judge-clock"
+    assert measured["verified"] == 4 * 2 * measured["attempts"]
 
 
 def test_the_honest_submission_passes_with_every_output_checked(verdicts):
     error, measured, notes, records = verdicts["honest"]
     assert error is None, error
-    assert measured["verified"] == 4 * 4 and measured["times_us"]["yours"] < SLOW_US / 2
+    # every round of every measurement (a verdict whose interval holds its threshold is
+    # measured again, at most twice more) had its outputs checked
+    assert measured["verified"] == 4 * 4 * measured["attempts"]
+    assert 1 <= measured["attempts"] <= speedjudge.RETRIES + 1
+    assert measured["times_us"]["yours"] < SLOW_US / 2
     (line,) = notes
     assert "the judge's clock" in line and "every output checked" in line
     assert set(measured["times_us"]) == {"yours", "reference"}
@@ -248,7 +257,8 @@ def test_patched_clocks_do_not_reach_the_judges(verdicts):
     still sees the 20 ms sleep of every call, on outputs that are all right."""
     error, measured, _notes, _records = verdicts["patched_timers"]
     assert error is None and measured["method"] == "judge-clock"
-    assert measured["verified"] == 4 * 4 and measured["times_us"]["yours"] > SLOW_US / 2
+    assert measured["verified"] == 4 * 4 * measured["attempts"]
+    assert measured["times_us"]["yours"] > SLOW_US / 2
 
 
 # -- the protocol's own checks, without a child --------------------------------------------------
@@ -357,7 +367,7 @@ def test_the_draw_is_fresh_per_call_and_the_same_for_the_same_seed():
 
 def test_the_floor_flags_an_impossible_time(monkeypatch):
     """A time below what the bytes take at the measured bandwidth is flagged, not credited."""
-    fake = types.SimpleNamespace(_session=types.SimpleNamespace(timeout=5, last_output=""))
+    fake = types.SimpleNamespace(job=types.SimpleNamespace(timeout=5, speed_repeat=1))
     monkeypatch.setattr(speedjudge, "_student_rounds", lambda *a, **k: {"yours": [1e-9] * 3})
     monkeypatch.setattr(speedjudge, "device_bandwidth_gbs", lambda: 1000.0)
     spec = speedjudge.forward_spec(MULTI_LEVEL, "float32", fn="msda_forward", n=2)

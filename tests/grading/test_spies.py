@@ -1,4 +1,5 @@
-"""The child-side watches of msda_labs.grading.spies, and the judge's reading of Triton's cache
+"""The child-side watches of msda_labs.grading.judge.spies, and the judge's reading of Triton's
+cache
 (lab 10's final exam): they see what they must, and nothing else."""
 
 import json
@@ -10,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from kit import ROOT, load_file_module
 
-from msda_labs.grading.spies import ForbiddenOps, KernelLaunches
+from msda_labs.grading.judge.spies import ForbiddenOps, KernelLaunches
 
 
 def _image_and_grid():

@@ -1,4 +1,5 @@
-"""The one timing API (msda_labs.grading.timing) and the byte counts that turn times into GB/s.
+"""The one timing API (msda_labs.grading.speed.timing) and the byte counts that turn times into
+GB/s.
 
 Byte counts, argument checks, the refusal without CUDA, the wall-clock plumbing and the judge's
 verdict on made-up timings run anywhere; the device timings themselves only where there is a
@@ -13,8 +14,9 @@ import pytest
 import torch
 from kit import FakeSubmission, made_up_timing
 
-from msda_labs.grading import bandwidth, timing
-from msda_labs.grading.timing import REFERENCE_LIMIT, check_reference_speed
+from msda_labs.grading.judge import bandwidth
+from msda_labs.grading.speed import timing
+from msda_labs.grading.speed.timing import REFERENCE_LIMIT, check_reference_speed
 from msda_labs.truth.cases import DECODER
 
 NO_CUDA = not torch.cuda.is_available()
@@ -117,7 +119,7 @@ def test_race_all_times_the_slower_call_longer():
 
 
 def test_the_chip_baseline_is_a_private_copy():
-    from msda_labs.grading.baseline import chip_function
+    from msda_labs.grading.judge.baseline import chip_function
 
     fn = chip_function("lab01", "bilinear_sample")
     assert fn is not None
@@ -129,16 +131,11 @@ def test_the_chip_baseline_is_a_private_copy():
 
 
 def test_add_note_adds_once_and_ignores_a_submission_without_notes():
-    class Session:
-        notes: list = []
-
-    class Sub:
-        _session = Session()
-
-    timing.add_note(Sub(), "speed of x: yours 1.0 us")
-    timing.add_note(Sub(), "speed of x: yours 1.0 us")
-    assert Session.notes == ["speed of x: yours 1.0 us"]
-    timing.add_note(object(), "nowhere to go")  # no session: nothing happens, nothing raises
+    sub = FakeSubmission()
+    timing.add_note(sub, "speed of x: yours 1.0 us")
+    timing.add_note(sub, "speed of x: yours 1.0 us")
+    assert sub.notes == ["speed of x: yours 1.0 us"]
+    timing.add_note(object(), "nowhere to go")  # no notes: nothing happens, nothing raises
 
 
 # -- the judge: check_reference_speed on made-up timings -----------------------------------------
@@ -146,7 +143,7 @@ def test_a_kernel_faster_than_the_reference_passes_and_both_ratios_are_reported(
     sub = FakeSubmission()
     line = check_reference_speed(made_up_timing(), what="msda_forward",
                                  chip_label="the lab 05 chip", submission=sub)
-    assert sub._session.notes == [line]
+    assert sub.notes == [line]
     for part in ("yours 13.0 us", "the PyTorch reference (grid_sample) 70.0 us", "0.19x its time",
                  f"passes up to {REFERENCE_LIMIT:g}x", "the lab 05 chip 12.5 us",
                  "1.04x its time (reported, not graded)", "median of 30 cuda-graph runs",
@@ -161,7 +158,7 @@ def test_slower_than_the_reference_fails_and_is_still_noted():
     message = str(info.value)
     assert message.startswith("too slow: speed of msda_forward: yours 2013.0 us"), message
     assert "28.76x its time (passes up to 1x)" in message and "161.04x" in message
-    assert sub._session.notes and sub._session.notes[0] in message
+    assert sub.notes and sub.notes[0] in message
 
 
 def test_the_chip_ratio_is_never_graded():
@@ -238,7 +235,7 @@ def test_end_to_end_sees_host_waits_that_graphs_do_not():
 def test_the_judge_adds_its_own_baseline_times_with_the_childs_method():
     if not NO_CUDA:
         pytest.skip("wall-clock check for machines without CUDA")
-    from msda_labs.grading.baseline import with_baselines
+    from msda_labs.grading.judge.baseline import with_baselines
 
     child = timing.race_all({"yours": lambda: None}, reps=3, warmup=0)
     child["times_us"]["reference"] = 1e-9  # a forged baseline from the child is replaced

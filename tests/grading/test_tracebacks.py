@@ -38,7 +38,7 @@ MODULE = textwrap.dedent('''\
 
 PROBE = textwrap.dedent('''\
     import importlib.util, json, sys
-    from msda_labs.grading.zygote import _failure_payload
+    from msda_labs.grading.isolation.zygote import _failure_payload
     from msda_labs.student import check
     path = sys.argv[1]
     spec = importlib.util.spec_from_file_location("student", path)
@@ -61,8 +61,13 @@ def test_interpreter_error_in_a_helper_names_the_line(tmp_path):
                           env={**os.environ, "TRITON_INTERPRET": "1"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     found = json.loads(proc.stdout.strip().splitlines()[-1])
+    function = MODULE.splitlines()[:line][::-1]
+    function = next(x for x in function if x.lstrip().startswith("def ")).split("def ")[1]
     assert found["payload"] == {
         "kind": "error", "type": "NameError",
-        "message": f"NameError: name 'yy' is not defined (line {line} of lab99.py)"}
+        "message": f"NameError: name 'yy' is not defined (line {line} of lab99.py)",
+        # the same, as evidence: the line and the function of the student's file
+        "line": line, "function": function.split("(")[0],
+        "error": "NameError: name 'yy' is not defined"}
     assert found["where"] == f" (at lab99.py:{line})"
     assert found["describe"] == "NameError: name 'yy' is not defined"

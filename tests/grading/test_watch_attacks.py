@@ -2,8 +2,8 @@
 with a block appended that breaks a rule watched in the child and switches the watch off or
 forges its record (the block uses the chip's names, hence its `ruff: noqa: F821`). Each must
 lose that rule's points, since the judge reads in the source that the module can reach the
-watch (msda_labs.grading.rules.tamper_uses), and, where the attack keeps the other tests of the
-task right, still earn those: the rule's points are what it loses.
+watch (msda_labs.grading.judge.rules.tamper_uses), and, where the attack keeps the other tests of
+the task right, still earn those: the rule's points are what it loses.
 
 Also a reading of the scan itself on small sources: what it flags and what it lets through.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from kit import all_tests, chip_path, lab_ids, run_grade, starter_path
 
-from msda_labs.grading.rules import SourceInfo, tamper_uses, watch_untouched
+from msda_labs.grading.judge.rules import SourceInfo, tamper_uses, watch_untouched
 
 WATCH = Path(__file__).resolve().parents[1] / "attacks" / "watch"
 

@@ -18,8 +18,8 @@ from kit import (
 )
 
 from msda_labs.authoring.handout import collect_rules, entry_tests, rules_map
-from msda_labs.grading.diagnosis import diagnose
-from msda_labs.grading.results import GradeResult
+from msda_labs.grading.judge.diagnosis import diagnose
+from msda_labs.grading.judge.results import GradeResult
 
 
 def _also_named(mutant) -> list[str]:
@@ -110,15 +110,18 @@ def test_mutant_loses_points(mutant, tmp_path: Path):
 def test_the_explanation_check_can_fail():
     """A report that names another mistake than the planted one is caught; the planted one, a
     declared other name, and an error's traceback line are not."""
-    from msda_labs.grading.results import ExerciseResult, TestResult
+    from msda_labs.grading.judge.results import ExerciseResult, TestResult
     from msda_labs.mistakes.forward import MISTAKES
 
     planted = {m.id: m for m in mutants("lab05")}
 
     def graded(message, status="failed"):
+        from msda_labs.grading.judge.prose import read_old_messages
+
         result = GradeResult("lab05", exercises=[ExerciseResult("5.1", "load_point", [
             TestResult("test_x", status, 0, 1, message)])])
-        return result.to_dict()
+        # as the plugin records a test that explains itself in prose: its one named mistake
+        return read_old_messages(result).to_dict()
 
     half = graded(f"1 of 3 elements differ; this is exactly the output of "
                   f"{MISTAKES['no_half_pixel']}")

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from kit import ROOT, chip_path, lab_ids, mutants, starter_path
 
-from msda_labs.grading.rules import SourceInfo, forbidden_imports
+from msda_labs.grading.judge.rules import SourceInfo, forbidden_imports
 from msda_labs.student.selfcheck import steps
 
 DRIVER = Path(__file__).with_name("selfcheck_run.py")
@@ -227,3 +227,65 @@ def test_check_and_case_work_from_a_notebook():
     lab07 = load_file_module(chip_path("lab07"), "selfcheck_nb_lab07")
     report = check(lab07.scatter_grad_value, case(7, "scatter_grad_value", lab07), show=False)
     assert report.status == "ok", str(report)
+
+
+def test_big_runs_size_and_precision_in_an_exported_lab(tmp_path):
+    """``python lab05.py --big`` in lab 05's template (the spec's answers recorded, not computed):
+    the chip agrees on every case and its guard bands stay clean; int32 offsets fail only the
+    case past 2**31, and its twin on a small level says the size is the cause; an fp16
+    accumulator fails only the half-precision case. Lab 03 has no such case
+    and says so. About 25 s."""
+    from kit import MANIFEST
+
+    from msda_labs.classroom.export import export_lab
+    from msda_labs.student.selfcheck import has_big
+
+    assert has_big(5) and has_big(6) and has_big(8) and not has_big(3)
+    root = export_lab(MANIFEST, MANIFEST.lab("lab05"), tmp_path / "out")
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "MSDA_STAGE")}
+    env.update(PYTHONPATH=str(root / "shared"), TRITON_INTERPRET="1")
+    chip = chip_path("lab05").read_text()
+    versions = {"chip": chip, **{m.id: m.apply(chip) for m in mutants("lab05")
+                                 if m.id in ("int32_offsets", "accumulator_in_input_dtype")}}
+    out = {}
+    for name, text in versions.items():
+        (root / "lab05.py").write_text(text)
+        proc = subprocess.run([sys.executable, "lab05.py", "--big"], cwd=root, capture_output=True,
+                              text=True, timeout=600, env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        out[name] = proc.stdout
+    n_steps = len(steps(5, big=True))
+    assert out["chip"].count("  OK: agrees with ") == n_steps, out["chip"]
+    assert not any(w in out["chip"] for w in FINDINGS), out["chip"]
+    assert "recorded for this example" in out["chip"]  # the template's spec states no answer
+
+    def verdicts(text: str) -> dict:
+        """{step: 'ok' or the first finding} of one run."""
+        found, step = {}, None
+        for line in text.splitlines():
+            if not line.startswith(" ") and " on " in line:
+                step = line.split(" on ", 1)[0]
+                found[step] = "ok"
+            elif line.startswith("msda_forward_kernel (past 2**31): CRASH"):
+                found["msda_forward_kernel (past 2**31)"] = "CRASH"
+            elif step and line.strip().startswith(("WRONG", "OUT OF BOUNDS", "UNWRITTEN")):
+                found[step] = line.strip().split(":")[0]
+        return found
+
+    offsets = verdicts(out["int32_offsets"])
+    accumulator = verdicts(out["accumulator_in_input_dtype"])
+    assert offsets["msda_forward_kernel"] == offsets["msda_forward_kernel (half precision)"] == "ok"
+    assert offsets["msda_forward_kernel (past 2**31)"] != "ok", out["int32_offsets"]
+    # the evidence for the wrap: the same samples on a small level come out right
+    assert "come out right: the size alone breaks it" in out["int32_offsets"]
+    assert "32x32 level" not in out["chip"] + out["accumulator_in_input_dtype"]
+    assert accumulator["msda_forward_kernel"] == "ok"
+    assert accumulator["msda_forward_kernel (past 2**31)"] == "ok"
+    assert accumulator["msda_forward_kernel (half precision)"] == "WRONG", accumulator
+
+    (root / "lab03.py").write_text(chip_path("lab03").read_text())
+    proc = subprocess.run([sys.executable, "-c", "import sys, lab03\n"
+                           "from msda_labs.student.check import run_lab\n"
+                           "run_lab(3, vars(lab03), big=True)"], cwd=root, capture_output=True,
+                          text=True, timeout=600, env=env)
+    assert "lab 03 has no case of size or precision" in proc.stdout, proc.stdout + proc.stderr

@@ -3,6 +3,7 @@ nothing else, and the correct engines agree with the ground truth."""
 
 import pytest
 import torch
+from naive_reference import bilinear_pixel
 
 from msda_labs.mistakes import (
     FORWARD,
@@ -16,7 +17,7 @@ from msda_labs.mistakes import (
 from msda_labs.mistakes.gradients import GRAD_OUTPUTS
 from msda_labs.mistakes.registry import Catalogue
 from msda_labs.truth.cases import STANDARD_CASES, make_inputs
-from msda_labs.truth.reference import bilinear_pixel, msda_reference, reference_grads
+from msda_labs.truth.reference import msda_reference, reference_grads
 
 CASE = STANDARD_CASES[2]
 

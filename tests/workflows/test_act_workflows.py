@@ -31,11 +31,11 @@ from selection import selected_labs
 
 from msda_labs.classroom import workflows
 from msda_labs.classroom.export import export_lab
-from msda_labs.grading.annotations import ANNOTATIONS_PER_STEP, definitions
-from msda_labs.grading.diagnosis import diagnose, task_key
-from msda_labs.grading.render import start_here
-from msda_labs.grading.render import test_lines as feedback_lines
-from msda_labs.grading.results import GradeResult
+from msda_labs.grading.judge.annotations import ANNOTATIONS_PER_STEP, definitions
+from msda_labs.grading.judge.diagnosis import diagnose, task_key
+from msda_labs.grading.judge.render import start_here
+from msda_labs.grading.judge.render import test_lines as feedback_lines
+from msda_labs.grading.judge.results import GradeResult
 
 JOB = "run-autograding-tests"
 LABS = selected_labs()
@@ -275,7 +275,7 @@ def test_reporter_action_prints_what_the_builtin_step_prints(act_setup, tmp_path
     it prints, line for line, what the kit's builtin reporter step prints for the same payload
     (rebuilt from the run's grade.json), notices and failure included."""
     from msda_labs.classroom.platforms import github_classroom_result, reporter_output
-    from msda_labs.grading.results import GradeResult
+    from msda_labs.grading.judge.results import GradeResult
 
     lab_id = LABS[0]
     run, repo, _ = _run(act_setup, tmp_path_factory, lab_id, "reporter-action")

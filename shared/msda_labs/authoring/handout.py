@@ -25,6 +25,7 @@ from pathlib import Path
 from msda_labs.authoring.fences import strip
 from msda_labs.authoring.samples import sync_samples
 from msda_labs.labenv import ENV_DIR
+from msda_labs.student.selfcheck import has_big
 
 __all__ = ["collect_tasks", "collect_rules", "tasks_table", "by_hand_command", "run_block",
            "sync_lab", "sync_ladder", "rules_rows", "rules_problems"]
@@ -41,7 +42,7 @@ class _Collector:
         self.names: list[str] = []  # every graded test function, in order
 
     def pytest_collection_finish(self, session):
-        from msda_labs.grading.plugin import GRADE_KEY, is_gpu_test
+        from msda_labs.grading.judge.plugin import GRADE_KEY, is_gpu_test
 
         gs = session.config.stash[GRADE_KEY]
         for task_id, name in gs.tasks.items():
@@ -87,7 +88,7 @@ def _collect(lab_dir: Path) -> _Collector:
 
 
 def _run_collection(lab_dir: Path) -> _Collector:
-    from msda_labs.grading.stage_run import collect
+    from msda_labs.grading.judge.stage_run import collect
 
     collector = _Collector()
     code = collect(lab_dir, collector, "all")
@@ -140,6 +141,8 @@ def run_block(lab_id: str, tasks) -> str:
         rows.append((f"nox -s {lab_id}-gpu",
                      "the GPU stage: local CUDA, else Modal with your own account"))
     rows.append((by_hand_command(lab_id), "try your functions on small examples (not the grade)"))
+    if has_big(int(lab_id[3:])):
+        rows.append((f"{by_hand_command(lab_id)} --big", "and on its cases of size and precision"))
     width = max(len(command) for command, _ in rows) + 2
     commands = "\n".join(f"{command:<{width}}# {comment}" for command, comment in rows)
     where = (f"`{ENV_DIR}` is the lab environment, at the root of this repository: the first "
@@ -218,9 +221,8 @@ def sync_ladder(root: Path, labs, check: bool = False) -> tuple[list[str], list[
     """
     from msda_labs.course import ladder
 
-    wanted = [(lab_id, folder) for lab_id, folder in labs if lab_id in ladder.LABS]
-    graded, gpu = ladder_cells(root, wanted)
-    problems = ladder.cell_problems(graded) if len(wanted) == len(ladder.LABS) else []
+    graded, gpu = ladder_cells(root, labs)
+    problems = ladder.cell_problems(graded)
     # Every row of every handout's rules table maps to a test and a breaking mutant.
     problems += rules_problems(root, labs)
     doc = Path(root) / ladder.DOC

@@ -83,7 +83,7 @@ def planted_source(root: Path, lab_id: str, chip_text: str, mutant_id: str) -> s
 def _by_hand(path: Path, package: Path) -> bool:
     """Whether ``path`` is one of the modules for running a lab by hand (the self-check and the
     student-facing spec): the grader never imports them, so they cannot change a report."""
-    from msda_labs.grading.rules import RUN_BY_HAND
+    from msda_labs.grading.judge.rules import RUN_BY_HAND
 
     dotted = ".".join(("msda_labs", *path.relative_to(package).with_suffix("").parts))
     return any(dotted == m or dotted.startswith(m + ".") for m in RUN_BY_HAND)
@@ -128,8 +128,8 @@ def _grade(root: Path, lab_id: str, submission: str, task: str) -> dict:
 
 def render_sample(result: dict, task: str, test: str) -> str:
     """The task's line and the test's line of the grader's terminal report, wrapped."""
-    from msda_labs.grading.render import render_terminal
-    from msda_labs.grading.results import GradeResult
+    from msda_labs.grading.judge.render import render_terminal
+    from msda_labs.grading.judge.results import GradeResult
 
     graded = GradeResult.from_dict(result)
     text = render_terminal(graded)

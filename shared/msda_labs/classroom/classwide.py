@@ -55,13 +55,16 @@ class Resolved:
 
 
 def resolve_class(client, org: str, prefix: str, due, cutoff, *,
-                  progress=None) -> list[Resolved]:
-    """Every repository of the assignment with its commit of record (or why it has none)."""
+                  progress=None, deadline_of=None) -> list[Resolved]:
+    """Every repository of the assignment with its commit of record (or why it has none).
+    ``deadline_of(student)``, when given, is the (due, cutoff) of one student (an extension),
+    or None for the lab's own."""
     resolved = []
     for repo in list_class_repos(client, org, prefix):
+        own = deadline_of(repo.student) if deadline_of is not None else None
         try:
             record = deadline.server_record(client, repo.owner, repo.name, repo.default_branch,
-                                            due, cutoff)
+                                            *(own or (due, cutoff)))
             item = Resolved(repo, record, "" if record.found else record.note())
         except (deadline.DeadlineError, ValueError, OSError) as exc:
             item = Resolved(repo, None, str(exc))
@@ -88,14 +91,18 @@ def write_plan(resolved: list[Resolved], lab: str, out: Path, *, size: int = MAT
     out.mkdir(parents=True, exist_ok=True)
     ready = [r for r in resolved if r.record is not None and r.record.found]
     chunks = split(ready, size)
+    # The lists are read beside the script, from whatever folder it is run (sh plan/dispatch.sh),
+    # and a list that cannot be read stops it (set -e stops at a failed assignment, not at a
+    # failed $(cat) inside gh's arguments, which would send an empty list).
     script = ["#!/bin/sh", "# One run of the regrade workflow per file; GitHub queues them.",
-              "set -e"]
+              "set -e", 'cd "$(dirname "$0")"']
     for i, chunk in enumerate(chunks, start=1):
         name = f"dispatch-{i:02d}.txt"
         (out / name).write_text("".join(f"{r.entry}\n" for r in chunk))
+        script.append(f"submissions=\"$(cat {shlex.quote(name)})\"")
         script.append(f"gh workflow run {shlex.quote(workflow)} -f lab={shlex.quote(lab)} "
                       f"-f gpu={'true' if gpu else 'false'} "
-                      f"-f submissions=\"$(cat {shlex.quote(name)})\"")
+                      f"-f submissions=\"$submissions\"")
     (out / "dispatch.sh").write_text("\n".join(script) + "\n")
     counts = write_records(resolved, lab, out)
     return {"dispatches": [len(c) for c in chunks], **counts}

@@ -7,19 +7,28 @@
                          Classroom 50 autograder: REPO/NAME/autograders/A/autograder.py
     python -m msda_labs regrade PATH [--lab LAB] [--seed-file F] [--json OUT] [--gpu]
     python -m msda_labs regrade FOLDER --gradebook gradebook.csv [--prefix PREFIX]
-                         (and insight.html beside it: `insight` below; --no-insight: not)
+                         (and insight.html beside it: `insight` below; --no-insight: not;
+                         --similarity: similarity.html too, `similarity` below)
     python -m msda_labs regrade CLONES --at-deadline [--github] --json lab05.json
                          each clone at its commit of record for the lab's due date
     python -m msda_labs class plan|regrade --org ORG --prefix lab-05- --lab lab05 [--out DIR]
                          a whole class: list, resolve to commits of record, dispatch or regrade
     python -m msda_labs gradebook lab*.json --format csv|canvas|moodle --out F [--roster R]
-                         the course gradebook: late policy across labs, LMS import files
+                         [--similarity similarity.json]
+                         the course gradebook: late policy across labs, extensions, manual
+                         adjustments (classroom.yml), LMS import files
     python -m msda_labs report grade.json --format FORMAT [--out FILE] [--github-output KEY]
     python -m msda_labs report --runners ID[,ID]               the grading reporter, in a workflow
     python -m msda_labs insight PATH... --out report.html [--due labNN=YYYY-MM-DD] [--threshold F]
                          what the class is getting wrong: one self-contained page (+ CSV, JSON)
     python -m msda_labs progress [LAB ...] [--html PATH] [--refresh]
                          one learner's ladder: score, status, next task of every lab (cached)
+    python -m msda_labs student LOGIN PATH... [--html OUT]
+                         one student across the labs: every lab's row, with the feedback
+    python -m msda_labs validate [classroom.yml]
+                         check the manifest: schema, dates, extensions, adjustments
+    python -m msda_labs similarity FOLDER [--lab LAB] [--out similarity.html] [--threshold F]
+                         pairs of submissions sharing too much, and copies of the kit's code
 """
 
 from __future__ import annotations
@@ -63,13 +72,14 @@ def _cmd_regrade(ns) -> int:
     from msda_labs.classroom.regrade import (
         RegradeError,
         is_checkout,
+        journal_path,
         regrade_batch,
         regrade_checkout,
         rows_json,
         verify_outputs,
         write_gradebook,
     )
-    from msda_labs.grading.render import render_markdown, render_terminal
+    from msda_labs.grading.judge.render import render_markdown, render_terminal
 
     path = Path(ns.path)
     if not path.is_dir():
@@ -77,6 +87,8 @@ def _cmd_regrade(ns) -> int:
     options = dict(seed=ns.seed, seed_file=ns.seed_file, gpu=ns.gpu, timeout=ns.timeout)
     pristine = Path(ns.pristine) if ns.pristine else None
     batch = ns.batch or ns.gradebook or not is_checkout(path)
+    if ns.gpu:
+        _check_gpu_labs(path, ns.lab, batch)
     if ns.at_deadline:
         return _regrade_at_deadline(ns, path, pristine, options)
     if ns.github:
@@ -96,14 +108,19 @@ def _cmd_regrade(ns) -> int:
             print(f"{row.student:<30} {row.lab:<6} {score:>9}  {row.integrity}"
                   + (f"  ({row.note})" if row.note else ""))
 
+        # A refused seed raises before anything is graded or written (the gradebook stays).
+        journal = journal_path(Path(ns.gradebook or "gradebook.csv"))
         rows = regrade_batch(path, lab=ns.lab, prefix=ns.prefix, pristine=pristine,
-                             progress=progress, **options)
+                             progress=progress, jobs=ns.jobs, student_limit=ns.student_limit,
+                             journal=journal, **options)
     except RegradeError as exc:
         raise KitError(str(exc)) from None
     if not rows:
         raise KitError(f"{path} holds no checkouts (sub-folders with a labNN.py)")
     gradebook = write_gradebook(rows, Path(ns.gradebook or "gradebook.csv"))
-    print(f"gradebook: {gradebook} ({len(rows)} rows)")
+    ungraded = [row.student for row in rows if row.score == ""]
+    print(f"gradebook: {gradebook} ({len(rows)} rows; each kept in {journal} as it was done: "
+          f"a run stopped midway resumes from it)")
     if not ns.no_insight:
         from msda_labs.classroom.insight_page import write_beside_gradebook
 
@@ -120,7 +137,47 @@ def _cmd_regrade(ns) -> int:
     if problems:
         raise KitError("the regrade's outputs were altered after the judge wrote them:\n  "
                        + "\n  ".join(problems))
+    if ns.similarity:
+        _similarity_beside(path, gradebook, ns, pristine)
+    if ungraded:
+        print(f"NOT GRADED: {len(ungraded)} of {len(rows)} student(s): "
+              f"{', '.join(ungraded[:10])}" + (" ..." if len(ungraded) > 10 else ""),
+              file=sys.stderr)
+        return 1
     return 0
+
+
+def _similarity_beside(folder: Path, gradebook: Path, ns, pristine) -> None:
+    """``regrade --similarity``: the class's similarity page (and its CSV and JSON, the
+    gradebook's similarity column) beside the gradebook."""
+    from msda_labs.classroom.similarity import compare_class, write_similarity
+
+    report = compare_class(folder, lab=ns.lab, prefix=ns.prefix, pristine=pristine)
+    _print_similarity(report, write_similarity(report, gradebook.parent / "similarity.html"))
+
+
+def _check_gpu_labs(path: Path, lab: str | None, batch: bool) -> None:
+    """``regrade --gpu`` stops before grading anyone when a lab it would grade has no GPU stage
+    (classroom.yml): the instructor's words, not a student's nox session."""
+    from msda_labs.classroom.regrade import RegradeError, detect_lab
+
+    folders = [p for p in sorted(path.iterdir()) if p.is_dir() and not p.name.startswith(".")] \
+        if batch else [path]
+    labs = set()
+    for folder in folders:
+        try:
+            labs.add(detect_lab(folder, lab))
+        except RegradeError:
+            continue  # its row will say why
+    manifest = _manifest()
+    without = sorted(lab_id for lab_id in labs if not manifest.lab(lab_id).has_gpu)
+    if without:
+        stages = {lab_id: ", ".join(s.name for s in manifest.lab(lab_id).stages)
+                  for lab_id in without}
+        raise KitError("regrade --gpu: " + "; ".join(
+            f"{lab_id} has no GPU stage in classroom.yml (its stages: {stages[lab_id]})"
+            for lab_id in without) + ". Regrade without --gpu: the CPU stages are the whole "
+            "grade of such a lab.")
 
 
 def _progress(row) -> None:
@@ -139,7 +196,8 @@ def _write_rows(pairs, gradebook: Path, json_path: str | None, insight: bool) ->
     if insight:
         from msda_labs.classroom.insight_page import write_beside_gradebook
 
-        print(write_beside_gradebook(rows, gradebook.parent / "insight.html")[1])
+        print(write_beside_gradebook(rows, gradebook.parent / "insight.html",
+                                     {row.student: record for row, record in pairs})[1])
     if json_path:
         Path(json_path).write_text(json.dumps(rows_json(pairs), indent=2) + "\n")
     problems = verify_outputs(rows, gradebook, Path(json_path) if json_path else None)
@@ -166,8 +224,12 @@ def _client():
 
 def _regrade_at_deadline(ns, path: Path, pristine, options) -> int:
     from msda_labs.classroom.record import regrade_folder_at_deadline
-    from msda_labs.classroom.regrade import RegradeError
+    from msda_labs.classroom.regrade import RegradeError, check_secret
 
+    try:  # a refused seed: before any clone is read or any file written
+        check_secret(options.get("seed"), options.get("seed_file"))
+    except RegradeError as exc:
+        raise KitError(str(exc)) from None
     if ns.lab:
         _class_lab(ns.lab)  # no due date: stop before any clone is read
     client = _client() if ns.github else None
@@ -184,10 +246,14 @@ def _regrade_at_deadline(ns, path: Path, pristine, options) -> int:
 
 # ----------------------------------------------------------------------------------------- class
 
-def _class_lab(lab_id: str):
+def _manifest(path: str | None = None):
     from msda_labs.course.manifest import find_manifest, load_manifest
 
-    lab = load_manifest(find_manifest()).lab(lab_id)
+    return load_manifest(Path(path) if path else find_manifest())
+
+
+def _class_lab(lab_id: str):
+    lab = _manifest().lab(lab_id)
     if lab.due is None:
         raise KitError(f"{lab.id} has no due date in classroom.yml (labs[].due): set one to "
                        f"pick each student's commit of record")
@@ -204,8 +270,14 @@ def _cmd_class(ns) -> int:
             status = item.record.note() if item.record is not None else item.error
             print(f"{item.repo.full_name:<45} {status}")
 
+        manifest = _manifest()
+
+        def deadline_of(student):
+            extension = manifest.extension_for(student, lab.id)
+            return (extension.due, extension.cutoff) if extension is not None else None
+
         resolved = resolve_class(client, ns.org, ns.prefix, lab.due, lab.cutoff,
-                                 progress=progress)
+                                 progress=progress, deadline_of=deadline_of)
         summary = write_plan(resolved, lab.id, Path(ns.out), size=ns.size, gpu=ns.gpu)
         print(f"{summary['listed']} repositories listed, {summary['planned']} planned in "
               f"{len(summary['dispatches'])} dispatch(es) of {summary['dispatches']}, "
@@ -246,7 +318,7 @@ def _assignments(items: list[str] | None) -> dict[str, str]:
 
 
 def _cmd_gradebook(ns) -> int:
-    from msda_labs.classroom.grades import apply_policy, read_entries
+    from msda_labs.classroom.grades import apply_extensions, apply_policy, read_entries
     from msda_labs.classroom.lms import read_roster, write_lms
     from msda_labs.course.manifest import find_manifest, load_manifest
 
@@ -254,6 +326,13 @@ def _cmd_gradebook(ns) -> int:
     entries = read_entries([Path(p) for p in ns.inputs])
     if ns.records:
         _merge_records(entries, [Path(p) for p in ns.records])
+    apply_extensions(entries, manifest)
+    if ns.similarity:
+        from msda_labs.classroom.similarity import read_similarity_column
+
+        cells = read_similarity_column([Path(p) for p in ns.similarity])
+        for entry in entries:
+            entry.similarity = cells.get((entry.student, entry.lab), "")
     order = [lab.id for lab in sorted((lab for lab in manifest.labs if lab.due is not None),
                                       key=lambda lab: (lab.due, lab.id))]
     finals = apply_policy(entries, manifest.late_policy, order)
@@ -303,7 +382,7 @@ def _merge_records(entries, paths: list[Path]) -> None:
 
 def _cmd_report(ns) -> int:
     from msda_labs.classroom.platforms import render, reporter_from_env
-    from msda_labs.grading.results import GradeResult
+    from msda_labs.grading.judge.results import GradeResult
 
     if ns.runners:
         lines, status = reporter_from_env(ns.runners, os.environ)
@@ -349,6 +428,70 @@ def _cmd_insight(ns) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------------------- student
+
+def _cmd_student(ns) -> int:
+    from msda_labs.classroom.one_student import one_student, render_text, write_page
+
+    labs = one_student(ns.login, ns.paths)
+    sys.stdout.write(render_text(ns.login, labs))
+    if ns.html:
+        print(f"wrote {write_page(ns.login, labs, Path(ns.html))}")
+    return 0
+
+
+# -------------------------------------------------------------------------------------- validate
+
+def _cmd_validate(ns) -> int:
+    manifest = _manifest(ns.manifest)  # a ManifestError names the file and the key
+    dated = [lab for lab in manifest.labs if lab.due is not None]
+    print(f"{manifest.path}: valid; {len(manifest.labs)} lab(s), {len(dated)} with a due date; "
+          f"late policy: {manifest.late_policy.describe()}; grading {manifest.grading.describe()}")
+    for lab in dated:
+        print(f"  {lab.id}: due {lab.due.isoformat(sep=' ', timespec='minutes')}"
+              + (f", late work until {lab.cutoff.isoformat(sep=' ', timespec='minutes')}"
+                 if lab.late_days else ""))
+    print(f"{len(manifest.extensions)} extension(s), {len(manifest.adjustments)} manual "
+          f"adjustment(s)")
+    for extension in manifest.extensions:
+        print(f"  {extension.student} {extension.lab}: {extension.describe()}")
+    for adjustment in manifest.adjustments:
+        print(f"  {adjustment.student} {adjustment.lab}: {adjustment.points:+g} "
+              f"({adjustment.reason}) [{adjustment.where}]")
+    return 0
+
+
+# ------------------------------------------------------------------------------------ similarity
+
+def _cmd_similarity(ns) -> int:
+    from msda_labs.classroom.similarity import compare_class, write_similarity
+
+    folder = Path(ns.folder)
+    if not folder.is_dir():
+        raise KitError(f"{folder} is not a folder (a folder of students' checkouts)")
+    report = compare_class(folder, lab=ns.lab, prefix=ns.prefix,
+                           pristine=Path(ns.pristine) if ns.pristine else None,
+                           threshold=ns.threshold, shipped_threshold=ns.shipped_threshold)
+    _print_similarity(report, write_similarity(report, Path(ns.out)))
+    return 0
+
+
+def _print_similarity(report, written) -> None:
+    print(f"similarity of {len(report.students)} submission(s) of {report.lab}: "
+          f"{len(report.pairs)} pair(s) above {report.threshold:g}, {len(report.shipped)} "
+          f"match(es) with the kit's code above {report.shipped_threshold:g}; the median pair "
+          f"shares {report.typical:.0%}")
+    for pair in report.pairs:
+        print(f"  PAIR    {pair.first} ({pair.share_first:.0%}) and {pair.second} "
+              f"({pair.share_second:.0%})")
+    for match in report.shipped:
+        print(f"  SHIPPED {match.student}: {match.share_student:.0%} of it in {match.source}")
+    for student, why in report.not_compared.items():
+        print(f"  not compared: {student} ({why})")
+    for path in written:
+        print(f"wrote {path}")
+
+
 # -------------------------------------------------------------------------------------- progress
 
 def _cmd_progress(ns) -> int:
@@ -380,6 +523,9 @@ def register(subparsers) -> None:
     _add_progress(subparsers, raw)
     _add_class(subparsers, raw)
     _add_gradebook(subparsers, raw)
+    _add_similarity(subparsers, raw)
+    _add_validate(subparsers, raw)
+    _add_student(subparsers, raw)
 
 
 def _add_export(subparsers, raw) -> None:
@@ -432,6 +578,11 @@ def _add_regrade(subparsers, raw) -> None:
     r.add_argument("--gradebook", metavar="CSV",
                    help="batch: gradebook to write (default gradebook.csv)")
     r.add_argument("--prefix", help="batch: strip this prefix from folder names (e.g. lab-05-)")
+    r.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="batch: grade N students at once, each in a worker process of its own")
+    r.add_argument("--student-limit", type=float, metavar="SECONDS",
+                   help="batch: wall-clock limit for everything done for one student "
+                        "(default 1200); past it the student's row says not graded")
     r.add_argument("--no-insight", action="store_true",
                    help="batch: do not write the class insight page (insight.html) beside the "
                         "gradebook")
@@ -441,6 +592,9 @@ def _add_regrade(subparsers, raw) -> None:
     r.add_argument("--hide-names", action="store_true",
                    help="with --leaderboard: the page shows 'student N', not the names (the "
                         "CSV keeps them)")
+    r.add_argument("--similarity", action="store_true",
+                   help="batch: also compare the submissions (similarity.html, .csv and .json "
+                        "beside the gradebook): copied pairs, copies of the kit's code")
     r.add_argument("--at-deadline", action="store_true",
                    help="grade each clone's commit of record for the lab's due date "
                         "(classroom.yml), not its HEAD")
@@ -496,6 +650,9 @@ def _add_gradebook(subparsers, raw) -> None:
     g.add_argument("--assignment", action="append", metavar="LAB=NAME",
                    help="the LMS column of a lab (default 'labNN: title'), repeatable")
     g.add_argument("--manifest", metavar="YML", help="classroom.yml (default: found from here)")
+    g.add_argument("--similarity", action="append", metavar="JSON",
+                   help="similarity.json of `similarity` (or regrade --similarity): its cell in "
+                        "the similarity column, repeatable")
     g.add_argument("--strict", action="store_true",
                    help="exit 1 when a student is missing from the roster or has no repository")
     g.set_defaults(func=_cmd_gradebook)
@@ -532,6 +689,47 @@ def _add_insight(subparsers, raw) -> None:
                    help="base URL of the lab folders for the hint links (default: a path to the "
                         "kit's handouts)")
     i.set_defaults(func=_cmd_insight)
+
+
+def _add_student(subparsers, raw) -> None:
+    t = subparsers.add_parser("student", help="one student across the labs: every lab's row, "
+                              "with the feedback", description=__doc__, formatter_class=raw)
+    t.add_argument("login", help="the student's GitHub login")
+    t.add_argument("paths", nargs="+", metavar="PATH",
+                   help="regrade --json lists, grade.json files, or folders of them")
+    t.add_argument("--html", metavar="OUT", help="also write one self-contained page")
+    t.set_defaults(func=_cmd_student)
+
+
+def _add_validate(subparsers, raw) -> None:
+    v = subparsers.add_parser("validate", help="check classroom.yml (schema, dates, extensions, "
+                              "adjustments); exit 2 with the file and key at the first problem",
+                              description=__doc__, formatter_class=raw)
+    v.add_argument("manifest", nargs="?", metavar="YML",
+                   help="the manifest (default: classroom.yml found from here)")
+    v.set_defaults(func=_cmd_validate)
+
+
+def _add_similarity(subparsers, raw) -> None:
+    from msda_labs.classroom.similarity import SHIPPED_THRESHOLD, THRESHOLD
+
+    s = subparsers.add_parser("similarity", help="code similarity across a class folder "
+                              "(copydetect): copied pairs, copies of the kit's code",
+                              description=__doc__, formatter_class=raw)
+    s.add_argument("folder", help="a folder of students' checkouts (one sub-folder each)")
+    s.add_argument("--lab", help="the lab (default: the checkouts' labNN.py)")
+    s.add_argument("--prefix", help="strip this prefix from folder names (e.g. lab-05-)")
+    s.add_argument("--pristine", metavar="DIR",
+                   help="the published export of the lab (its starter, tests and shared/)")
+    s.add_argument("--out", default="similarity.html", metavar="HTML",
+                   help="the side-by-side page (default similarity.html); .csv and .json beside")
+    s.add_argument("--threshold", type=float, default=THRESHOLD, metavar="F",
+                   help=f"flag a pair sharing more than this share of either file (default "
+                        f"{THRESHOLD})")
+    s.add_argument("--shipped-threshold", type=float, default=SHIPPED_THRESHOLD, metavar="F",
+                   help=f"flag a file sharing more than this share of itself with one file of "
+                        f"the kit's code (default {SHIPPED_THRESHOLD})")
+    s.set_defaults(func=_cmd_similarity)
 
 
 def _add_progress(subparsers, raw) -> None:

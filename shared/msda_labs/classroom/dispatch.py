@@ -49,7 +49,7 @@ from pathlib import Path
 from msda_labs.classroom.classwide import MATRIX_LIMIT
 from msda_labs.classroom.workflows import write_step_outputs
 from msda_labs.errors import KitError
-from msda_labs.grading.integrity import summary
+from msda_labs.grading.judge.integrity import summary
 
 __all__ = ["DispatchError", "DispatchEntry", "MAX_SUBMISSIONS", "parse_lab", "parse_submissions",
            "plan", "gradebook_rows", "render_summary", "main"]
@@ -268,7 +268,7 @@ def gradebook_rows(lab: str, entries: list[DispatchEntry], reports: Path, *, gpu
     """One :class:`~msda_labs.classroom.regrade.GradebookRow` per submission, from the artifacts
     in ``reports``; with ``merged``, also write each merged result there as ``<folder>.json``."""
     from msda_labs.classroom.regrade import GradebookRow
-    from msda_labs.grading.results import GradeResult
+    from msda_labs.grading.judge.results import GradeResult
 
     reports = Path(reports)
     index = _report_index(reports)
@@ -523,7 +523,7 @@ def write_final_grades(rows: list, records: dict[str, dict], out: Path, *,
                                                                                       list[Path]]:
     """The late policy of classroom.yml applied to the run's rows (the columns of the local
     ``gradebook`` command), and with ``roster`` the Canvas and Moodle files beside ``out``."""
-    from msda_labs.classroom.grades import apply_policy, entry_from_row
+    from msda_labs.classroom.grades import apply_extensions, apply_policy, entry_from_row
     from msda_labs.classroom.lms import read_roster, write_lms
     from msda_labs.course.manifest import ManifestError, find_manifest, load_manifest
 
@@ -533,8 +533,9 @@ def write_final_grades(rows: list, records: dict[str, dict], out: Path, *,
         raise DispatchError(str(exc)) from None
     order = [lab.id for lab in sorted((lab for lab in manifest.labs if lab.due is not None),
                                       key=lambda lab: (lab.due, lab.id))]
-    finals = apply_policy([entry_from_row(r, records.get(r.student)) for r in rows],
-                          manifest.late_policy, order)
+    entries = [entry_from_row(r, records.get(r.student)) for r in rows]
+    apply_extensions(entries, manifest)
+    finals = apply_policy(entries, manifest.late_policy, order)
     if manifest.late_policy.kind == "free_days":
         for final in finals:
             final.notes.append("free late days of this lab only: combine every lab's reports "

@@ -16,14 +16,21 @@ An exported lab NN holds, at its root::
 
 Never the chip of lab NN or of a later lab, and no git history (with ``git=True`` the first and
 only commit holds the export). :func:`find_leaks` checks the first promise on every export.
+Nor the student-facing spec's statement of lab NN: :func:`_leave_out_own_spec` takes from the
+exported ``msda_labs/student/spec.py`` every function that lab NN's self-check runs (and what
+needs them), and records instead what they give on the self-check's examples
+(``msda_labs/student/selfcheck/recorded/labNN.pt``), which ``python labNN.py`` compares with.
 For teachers, :func:`gradescope_zip` builds the Gradescope autograder and
 :func:`classroom50_autograder` the Classroom 50 custom grader, both carrying the same files.
 """
 
 from __future__ import annotations
 
+import ast
 import base64
+import importlib
 import io
+import json
 import os
 import re
 import shutil
@@ -39,7 +46,7 @@ from msda_labs.authoring.handout import by_hand_command
 from msda_labs.classroom import workflows
 from msda_labs.course.manifest import Lab, Manifest, load_manifest
 from msda_labs.errors import KitError
-from msda_labs.grading import integrity
+from msda_labs.grading.judge import integrity
 
 __all__ = ["ExportError", "export_lab", "export_labs", "find_leaks", "solution_blocks",
            "gradescope_zip", "classroom50_autograder", "classroom50_target",
@@ -113,6 +120,160 @@ def find_leaks(dest: Path, lab_number: int, chips_dir: Path) -> list[str]:
                 leaks.append(f"{path.relative_to(dest)}: a solution block of the {chip_id} chip")
                 break
     return leaks
+
+
+def without_definitions(source: str, names: set[str]) -> tuple[str, set[str]]:
+    """``source`` without its top-level functions and classes named in ``names``, nor those that
+    use one of them (to any depth); ``__all__`` lists what is left. Returns (text, removed)."""
+    tree = ast.parse(source)
+    defs = {n.name: n for n in tree.body
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    removed = set(names) & set(defs)
+    while True:
+        more = {name for name, node in defs.items() if name not in removed
+                and {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & removed}
+        if not more:
+            break
+        removed |= more
+    lines = source.splitlines(keepends=True)
+    drop = set()
+    for name in removed:
+        node = defs[name]
+        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        drop.update(range(first - 1, node.end_lineno))
+        # the blank lines after it, so that two definitions stay two blank lines apart
+        after = node.end_lineno
+        while after < len(lines) and not lines[after].strip():
+            drop.add(after)
+            after += 1
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__"
+                                                for t in node.targets):
+            kept = [e.value for e in node.value.elts if e.value not in removed]
+            drop.update(range(node.lineno - 1, node.end_lineno))
+            lines[node.lineno - 1] = "__all__ = " + repr(kept).replace("'", '"') + "\n"
+            drop.discard(node.lineno - 1)
+    text = "".join(line for i, line in enumerate(lines) if i not in drop)
+    return text.rstrip("\n") + "\n", removed
+
+
+def _top_level_imports(source: str) -> set[str]:
+    """The modules of the kit a file imports at its top level (what runs when it is imported)."""
+    found = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def _module_name(path: Path, package_root: Path) -> str:
+    parts = path.relative_to(package_root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _own_truth_template(dest: Path, lab: Lab) -> tuple[Path, list[Path]] | None:
+    """Lab ``lab``'s truth that would answer its own tasks, out of its template.
+
+    A lab whose tests take their truth from ``tests/truth_labNN.py`` (labs 00 and 03:
+    :mod:`msda_labs.grading.judge.owntruth`) gets in its place a module that looks the values up
+    in the recording beside it (``truth_labNN.pt``), and loses the kit modules that module names in
+    ``ANSWERING_MODULES`` with every module that imports one of them at its top level. Returns
+    the truth module and the package files left out (None for a lab without one)."""
+    module = dest / "tests" / f"truth_{lab.id}.py"
+    if not module.is_file():
+        return None
+    tree = ast.parse(module.read_text())
+    declared = {t.id: node.value for node in tree.body if isinstance(node, ast.Assign)
+                for t in node.targets if isinstance(t, ast.Name)}
+    try:
+        answering = ast.literal_eval(declared["ANSWERING_MODULES"])
+        names = ast.literal_eval(declared["__all__"])
+    except (KeyError, ValueError) as exc:
+        raise ExportError(f"{module.name} must declare ANSWERING_MODULES and __all__ as "
+                          f"literals ({exc})") from None
+    if not module.with_suffix(".pt").is_file():
+        raise ExportError(f"{lab.id}: no {module.with_suffix('.pt').name}; run python "
+                          f"scripts/record_truth.py {lab.id}")
+    shared = dest / "shared"
+    files = {_module_name(p, shared): p for p in sorted(shared.rglob("*.py"))}
+    dropped = set()
+    for rel in answering:
+        name = _module_name(shared / rel, shared)
+        if name not in files:
+            raise ExportError(f"{module.name}: ANSWERING_MODULES names {rel}, not in the kit")
+        dropped.add(name)
+    imports = {name: _top_level_imports(path.read_text()) for name, path in files.items()}
+    while more := {name for name, used in imports.items() if name not in dropped
+                   and used & dropped}:
+        dropped |= more
+    for path in sorted((dest / "tests").glob("*.py")):
+        if path != module and _top_level_imports(path.read_text()) & dropped:
+            raise ExportError(f"{lab.id}: tests/{path.name} imports a module that answers the "
+                              f"lab's own tasks; take that truth from {module.name}")
+    left_out = [files[name] for name in sorted(dropped)]
+    for path in left_out:
+        path.unlink()
+    recording = module.with_suffix(".pt").name
+    module.write_text(
+        f'"""The ground truth of {lab.id}\'s tests in this template repository: recorded, never '
+        f'computed.\n\nThe course kit computes these values on the judge\'s side. Here each '
+        f'one is what the kit gave\non a call that the tests make on the public cases, read '
+        f'from ``{recording}``\n(``msda_labs.grading.judge.owntruth``). A grade with a secret '
+        f'seed runs on the judge\'s copy.\n"""\n\n'
+        f'from msda_labs.grading.judge.owntruth import recorded_module\n\n'
+        f'__all__ = {json.dumps(list(names))}\n'
+        f'__getattr__ = recorded_module(__file__, __all__)\n')
+    return module, left_out
+
+
+def _restore_judge_truth(manifest: Manifest, lab: Lab, dest: Path,
+                         own: tuple[Path, list[Path]]) -> None:
+    """The judge's copy of the lab: the kit's own truth module and the modules the template
+    leaves out, put back; the template's manifest is kept beside the copy's own
+    (``integrity.TEMPLATE_DIGESTS_PATH``), so that a checkout is compared with the template,
+    never with what only the judge holds."""
+    module, left_out = own
+    shutil.copy2(manifest.root / lab.folder / "tests" / module.name, module)
+    for path in left_out:
+        shutil.copy2(manifest.root / path.relative_to(dest), path)
+
+
+_SPEC = Path("shared", "msda_labs", "student", "spec.py")
+
+
+def _leave_out_own_spec(dest: Path, lab: Lab) -> list[str]:
+    """Take lab ``lab``'s own statements out of the exported student-facing spec, and record what
+    they give on the lab's self-check examples in their place; returns the functions left out.
+
+    The self-check runs with the reference solution's module (lab 07's examples need its given
+    ``gather_corners``; a layer's example builds the layer before the spec reads it). Nothing of
+    the solution is written: only the spec's outputs, on the self-check's own inputs.
+    """
+    import torch
+
+    from msda_labs.student import selfcheck
+
+    chip = importlib.import_module(f"msda_labs.chips.{lab.id}")
+    recorded = selfcheck.record(lab.number, vars(chip))
+    used = set(recorded.pop("__spec_used__"))
+    if not used:
+        return []
+    target = dest / "shared" / selfcheck.recording_path(lab.number).relative_to(
+        Path(selfcheck.__file__).resolve().parents[3])
+    target.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(recorded, target)
+    spec = dest / _SPEC
+    text, removed = without_definitions(spec.read_text(), used)
+    note = (f"\nIn this template repository (lab {lab.number:02d}), the functions that state "
+            f"lab {lab.number:02d}'s own\nanswers are left out ({', '.join(sorted(removed))}): "
+            f"``python {lab.id}.py`` compares with\nwhat they give on its examples, recorded in "
+            f"``msda_labs/student/selfcheck/recorded/{lab.id}.pt``.\n")
+    head, sep, rest = text.partition('"""\n\nfrom __future__')
+    spec.write_text(head + note + sep + rest if sep else text)
+    return sorted(removed)
 
 
 def _exported_manifest(manifest: Manifest, lab: Lab) -> str:
@@ -197,8 +358,11 @@ def _git_init(dest: Path, lab: Lab) -> None:
 
 
 def export_lab(manifest: Manifest, lab: Lab, out: Path, *, reporter_action: str | None = None,
-               git: bool = False, force: bool = False) -> Path:
-    """Write the template repository of ``lab`` to ``out/<lab folder>``; returns its path."""
+               git: bool = False, force: bool = False, judge: bool = False) -> Path:
+    """Write the template repository of ``lab`` to ``out/<lab folder>``; returns its path.
+
+    ``judge``: the judge's copy (regrade, Gradescope, Classroom 50): the template, with the truth
+    that the template carries only as a recording put back (:func:`_restore_judge_truth`)."""
     if not lab.built:
         raise ExportError(f"{lab.id} is not built yet (status: {lab.status} in classroom.yml)")
     source = manifest.root / lab.folder
@@ -216,6 +380,8 @@ def export_lab(manifest: Manifest, lab: Lab, out: Path, *, reporter_action: str 
     if handout.is_file():
         handout.write_text(_readme(handout.read_text(), manifest, lab))
     shutil.copytree(manifest.root / "shared", dest / "shared", ignore=_ignore(lab.number))
+    _leave_out_own_spec(dest, lab)
+    own_truth = _own_truth_template(dest, lab)
     shutil.copy2(manifest.root / "requirements.txt", dest / "requirements.txt")
     (dest / "classroom.yml").write_text(_exported_manifest(manifest, lab))
     first_task = _first_task(source / "tests", lab)
@@ -237,6 +403,10 @@ def export_lab(manifest: Manifest, lab: Lab, out: Path, *, reporter_action: str 
         raise ExportError(f"refusing to export {lab.id}: it would contain answers:\n  "
                           + "\n  ".join(leaks))
     integrity.write_manifest(dest)
+    if judge and own_truth is not None:
+        shutil.copy2(dest / integrity.MANIFEST_PATH, dest / integrity.TEMPLATE_DIGESTS_PATH)
+        _restore_judge_truth(manifest, lab, dest, own_truth)
+        integrity.write_manifest(dest)  # the judge's copy checks clean against itself
     if git:
         _git_init(dest, lab)
     return dest
@@ -281,7 +451,7 @@ def gradescope_zip(manifest: Manifest, lab: Lab, zip_path: Path, work: Path,
 
     ``work`` is a scratch folder (the lab is exported into it first).
     """
-    export_dir = export_lab(manifest, lab, work, force=True)
+    export_dir = export_lab(manifest, lab, work, force=True, judge=True)
     candidates = dict.fromkeys([f"python{manifest.python}", "python3.12", "python3.11"])
     values = dict(LAB=lab.id, TITLE=lab.title, PY_CANDIDATES=" ".join(candidates))
     zip_path = Path(zip_path)
@@ -339,7 +509,7 @@ def classroom50_autograder(manifest: Manifest, lab: Lab, out: Path, work: Path,
         raise ExportError("--classroom50 needs --classroom NAME: the short name of the classroom "
                           "(its folder in the classroom50 repository)")
     target = classroom50_target(out, classroom, assignment or lab.folder)
-    export_dir = export_lab(manifest, lab, work, force=True)
+    export_dir = export_lab(manifest, lab, work, force=True, judge=True)
     blob = base64.b64encode(pristine_bundle(export_dir)).decode()
     wrapped = "\n".join(blob[i:i + 96] for i in range(0, len(blob), 96))
     text = workflows.fill(workflows.template("classroom50-autograder.py"), LAB=lab.id,

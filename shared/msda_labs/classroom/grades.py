@@ -15,7 +15,16 @@ in the order of their due dates:
   no entry is late (an entry that says otherwise scores 0, with the reason).
 
 Every row shows its calculation (``calculation``), e.g. ``32/40; 3 late day(s): 2 free (0
-left), 1 charged x 10% = 10% off; 28.8/40``.
+left), 1 charged x 10% = 10% off; 28.8/40``. An entry without a commit of record (an ordinary
+regrade, not one at the deadline) has no known lateness: its calculation says so, never "on
+time".
+
+classroom.yml's per-student extensions (``extensions``, ``extensions_file``) move a student's
+due date: their late days are counted again from when GitHub received the commit, against their
+own date, and the ``extension`` column says which extension applied and where it is written.
+The manual adjustments (``adjustments_file``: student, lab, points, reason) are added after the
+late policy, in the ``adjustment`` column; they live in their own file, so every regrade keeps
+them. ``similarity`` holds the similarity check's cell of the student's lab (``--similarity``).
 """
 
 from __future__ import annotations
@@ -28,11 +37,11 @@ from msda_labs.course.manifest import LatePolicy
 from msda_labs.errors import KitError
 
 __all__ = ["GradesError", "LabEntry", "FinalGrade", "read_entries", "apply_policy",
-           "entry_from_row", "CSV_COLUMNS"]
+           "entry_from_row", "apply_extensions", "CSV_COLUMNS"]
 
 CSV_COLUMNS = ("student", "lab", "raw_score", "max", "late_days", "free_days_used",
                "free_days_left", "penalty_percent", "score", "commit", "received_at",
-               "calculation", "note")
+               "calculation", "note", "extension", "adjustment", "similarity")
 
 
 class GradesError(KitError, ValueError):
@@ -53,6 +62,10 @@ class LabEntry:
     note: str = ""
     has_record: bool = False    # regraded at the deadline (else: no late days known)
     warning: str = ""
+    extension: str = ""         # the extension applied (audit), "" when none
+    adjustment: float | None = None   # points added by hand after the late policy
+    adjustment_reason: str = ""
+    similarity: str = ""
 
 
 @dataclass
@@ -67,10 +80,14 @@ class FinalGrade:
 
     def cells(self) -> list:
         e = self.entry
-        return [e.student, e.lab, _num(e.score), _num(e.max), e.late_days, self.free_days_used,
+        adjustment = "" if e.adjustment is None else (f"{e.adjustment:+g} "
+                                                      f"({e.adjustment_reason})")
+        return [e.student, e.lab, _num(e.score), _num(e.max),
+                e.late_days if e.has_record else "unknown", self.free_days_used,
                 "" if self.free_days_left is None else self.free_days_left,
                 _num(self.penalty_percent), _num(self.score), e.commit, e.received_at,
-                self.calculation, "; ".join(n for n in [e.note, *self.notes] if n)]
+                self.calculation, "; ".join(n for n in [e.note, *self.notes] if n),
+                e.extension, adjustment, e.similarity]
 
 
 def _num(value) -> str:
@@ -126,8 +143,37 @@ def read_entries(paths: list[Path]) -> list[LabEntry]:
                 float(result["max_score"]) if graded else None,
                 late_days=int(record.get("late_days", 0)), commit=item.get("commit", ""),
                 received_at=record.get("received_at", ""), note=item.get("note", ""),
-                has_record=bool(record), warning=record.get("warning", ""))
+                has_record=bool(record), warning=record.get("warning", ""),
+                extension=record.get("extension", ""))
     return list(entries.values())
+
+
+def apply_extensions(entries: list[LabEntry], manifest) -> None:
+    """Each entry of a student with an extension (classroom.yml): late days counted again from
+    when the commit of record was received, against the student's own due date, and the
+    ``extension`` column filled; the manual adjustments of ``adjustments_file`` copied in."""
+    from msda_labs.classroom.deadline import late_days, parse_time
+
+    for e in entries:
+        adjustment = manifest.adjustment_for(e.student, e.lab)
+        if adjustment is not None:
+            e.adjustment, e.adjustment_reason = adjustment.points, adjustment.reason
+        extension = manifest.extension_for(e.student, e.lab)
+        if extension is None:
+            continue
+        e.extension = extension.describe()
+        if e.has_record and e.received_at:
+            try:
+                received = parse_time(e.received_at)
+            except ValueError:
+                e.note = "; ".join(n for n in [e.note, f"received_at {e.received_at!r} "
+                                               f"unreadable: the extension changed nothing"]
+                                   if n)
+                continue
+            e.late_days = late_days(received, extension.due)
+            if received > extension.cutoff:
+                e.note = "; ".join(n for n in [e.note, "received after the end of the "
+                                               "student's late window"] if n)
 
 
 def entry_from_row(row, record: dict | None) -> LabEntry:
@@ -172,12 +218,30 @@ def apply_policy(entries: list[LabEntry], policy: LatePolicy,
 
 
 def _one(e: LabEntry, policy: LatePolicy, free_left: int | None) -> FinalGrade:
+    final = _late(e, policy, free_left)
+    if e.adjustment is None:
+        return final
+    if final.score is None:
+        final.notes.append(f"adjustment {e.adjustment:+g} not applied: not graded")
+        return final
+    final.score = round(max(0.0, final.score + e.adjustment), 2)
+    final.calculation += (f"; {e.adjustment:+g} by hand ({e.adjustment_reason}) = "
+                          f"{_num(final.score)}/{_num(e.max)}")
+    return final
+
+
+def _late(e: LabEntry, policy: LatePolicy, free_left: int | None) -> FinalGrade:
     if e.score is None:
         return FinalGrade(e, None, calculation="not graded: no score, no late days spent")
     base = f"{_num(e.score)}/{_num(e.max)}"
     notes = [] if e.has_record else ["not regraded at the deadline: no late days known"]
     if e.warning:
         notes.append(e.warning)
+    if not e.has_record:
+        # an ordinary regrade grades the last commit, whenever it came: never call it on time
+        return FinalGrade(e, e.score, notes=notes,
+                          calculation=f"{base}; lateness unknown (not regraded at the "
+                                      f"deadline), no late policy applied")
     if e.late_days == 0:
         return FinalGrade(e, e.score, calculation=f"{base}; on time", notes=notes)
     days = f"{e.late_days} late day(s)"

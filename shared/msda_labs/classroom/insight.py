@@ -9,18 +9,21 @@ the regrade workflow, grade.json files in one folder per student). The page is s
 its styles, its sorting script and its charts (SVG drawn by matplotlib) are inside the file, and
 it loads nothing from the network. Beside it: ``<name>.json`` (every number on the page),
 ``<name>-students.csv`` (one row per student, lab and task), ``<name>-mistakes.csv`` and one
-Markdown report per student and lab (``<name>-reports/<lab>/<student>.md``), which the page's
-student table links to. The page itself is written by :mod:`.insight_page`.
+Markdown report per student and lab (``<name>-reports/<lab>/<student>.md``). Each report is
+also inside the page, where the student table links to it: a page mailed on its own keeps them.
+The table shows each submission's integrity (grading files the checkout changed, files beyond
+the template) and its lateness (from a regrade at the deadline; "unknown" from any other). The
+page itself is written by :mod:`.insight_page`.
 
-A *named mistake* is a failure whose message says which known mistake the output matched: a
-sentence of the mistake catalogues (:mod:`msda_labs.mistakes`), or the grader's "this is
-exactly the output of ..." and "this is a/an ...: ..." phrases (:mod:`msda_labs.grading.diagnosis`,
-which the reports use too). A crash or a timeout counts for the mistake its message names: the
-grader names one only with evidence (the int64-offset tests, for one, run the same samples on a
-small level, and a crash that only the size causes is an overflow of int32 offsets). A failing
-test that names none is a *feedback gap*, the student learns that it failed, not why; unless a
-mistake named upstream in the same submission may be behind it (:func:`diagnose`): such side
-effects are counted apart, not listed as gaps.
+A *named mistake* is a failure whose message says which known mistake the output matched: a sentence
+of the mistake catalogues (:mod:`msda_labs.mistakes`), or the grader's "this is exactly the output
+of ..." and "this is a/an ...: ..." phrases (:mod:`msda_labs.grading.judge.diagnosis`, which the
+reports use too). A crash or a timeout counts for the mistake its message names: the grader names
+one only with evidence (the int64-offset tests, for one, run the same samples on a small level, and
+a crash that only the size causes is an overflow of int32 offsets). A failing test that names none
+is a *feedback gap*, the student learns that it failed, not why; unless a mistake named upstream in
+the same submission may be behind it (:func:`diagnose`): such side effects are counted apart, not
+listed as gaps.
 
 Hint links are absolute: the ``--handouts`` URL, else the handout's ``file://`` address on this
 machine (a page mailed to others needs ``--handouts``).
@@ -36,8 +39,10 @@ from datetime import date
 from pathlib import Path
 
 from msda_labs.errors import KitError
-from msda_labs.grading.diagnosis import catalogue_sentences, diagnose, named_mistakes
-from msda_labs.grading.results import GradeResult, Status
+from msda_labs.grading.judge.dependencies import lab_dependencies
+from msda_labs.grading.judge.diagnosis import diagnose
+from msda_labs.grading.judge.prose import catalogue_sentences, named_mistakes, read_old_messages
+from msda_labs.grading.judge.results import GradeResult, Status
 
 __all__ = ["InsightError", "Graded", "collect", "parse_due", "named_mistakes", "build_insight",
            "safe_name", "TASK_OUTCOMES", "OUTCOME_LABEL", "OUTCOME_COLOUR"]
@@ -63,6 +68,7 @@ class Graded:
     lab: str
     result: GradeResult
     source: str
+    late: str = ""      # "on time", "N day(s) late", "nothing received..."; "" when unknown
 
 
 # ---------------------------------------------------------------------------------- reading
@@ -87,7 +93,8 @@ def _from_json(path: Path) -> list[Graded]:
     try:
         if isinstance(data, list):  # regrade --batch --json: [{student, lab, result}, ...]
             return [Graded(str(entry["student"]), str(entry.get("lab") or entry["result"]["lab"]),
-                           GradeResult.from_dict(entry["result"]), str(path))
+                           GradeResult.from_dict(entry["result"]), str(path),
+                           lateness(entry.get("record")))
                     for entry in data if isinstance(entry, dict) and entry.get("result")]
         if isinstance(data, dict) and "exercises" in data and "lab" in data:
             result = GradeResult.from_dict(data)
@@ -96,6 +103,19 @@ def _from_json(path: Path) -> list[Graded]:
         raise InsightError(f"{path}: a grade report with a bad entry ({type(exc).__name__}: "
                            f"{exc})") from None
     return []
+
+
+def lateness(record: dict | None) -> str:
+    """A commit of record (a regrade at the deadline) in words; "" without one (unknown)."""
+    if not isinstance(record, dict) or not record.get("sha"):
+        return ""
+    days = int(record.get("late_days") or 0)
+    text = f"{days} day(s) late" if days else "on time"
+    if record.get("extension"):
+        text += " (with an extension)"
+    if record.get("server_time") is False:
+        text += " (by commit dates)"
+    return text
 
 
 def collect(paths: list[Path | str]) -> list[Graded]:
@@ -248,7 +268,12 @@ def build_insight(graded: list[Graded], *, due: dict[str, date] | None = None,
     table = [_student_row(student, labs, lookup, due, today, threshold)
              for student in sorted({g.student for g in graded})]
     stuck = [{"student": row["student"], "reasons": row["stuck"]} for row in table if row["stuck"]]
+    flags = [{"student": row["student"], "lab": lab_id, "integrity": cell["integrity"],
+              "anchor": cell["anchor"]}
+             for row in table for lab_id, cell in row["labs"].items()
+             if cell and cell["integrity"] not in ("", "clean")]
     return {"today": today.isoformat(), "threshold": threshold, "students": len(table),
+            "integrity_flags": flags,
             "labs": labs, "ladder": [{"lab": lab["lab"], "mean_share": lab["mean_share"]}
                                      for lab in labs],
             "stuck": stuck, "table": table}
@@ -259,15 +284,21 @@ def _tally_submission(item: Graded, catalogue, hint: str, tasks: dict, mistakes:
     """Add one student's result to a lab's task outcomes, named mistakes (crashes and timeouts
     included, where their message names one), feedback gaps, and the failures that name nothing
     behind a mistake named upstream (``side``: not gaps)."""
-    diagnosis = diagnose(item.result, catalogue)
-    for ex in item.result.exercises:
+    result = read_old_messages(item.result, catalogue)
+    if not result.depends:  # grade.json of an earlier kit: the order read from the lab's chip
+        result.depends = lab_dependencies(result.lab, {ex.id: ex.name for ex in result.exercises})
+    diagnosis = diagnose(result)
+    named_tasks = {c.task for c in diagnosis.causes}
+    for ex in result.exercises:
         task = tasks.setdefault(ex.id, {"id": ex.id, "name": ex.name,
                                         **{o: 0 for o in TASK_OUTCOMES}})
         task[_task_outcome({t.status for t in ex.tests})] += 1
         for test in ex.tests:
             if test.status.passed or test.status is Status.NOT_ATTEMPTED:
                 continue
-            names = named_mistakes(test.message, catalogue)
+            finding = diagnosis.of(ex, test)
+            raised = bool(test.evidence.error and test.evidence.line)  # an exception, no mistake
+            names = finding.names if finding is not None and not raised else []
             for label, meaning in names:
                 entry = mistakes.setdefault(label, {
                     "label": label, "meaning": meaning, "students": set(), "tasks": set(),
@@ -276,8 +307,8 @@ def _tally_submission(item: Graded, catalogue, hint: str, tasks: dict, mistakes:
                 entry["tasks"].add(ex.id)
             if names or test.status is not Status.FAILED:
                 continue
-            finding = diagnosis.of(ex, test)
-            if finding is not None and finding.after:  # a named mistake upstream may explain it
+            if finding is not None and (finding.after or finding.upstream
+                                        or ex.id in named_tasks):  # a named mistake explains it
                 side.setdefault(test.name, set()).add(item.student)
                 continue
             gap = gaps.setdefault(test.name, {"test": test.name, "task": ex.id,
@@ -339,7 +370,9 @@ def _student_row(student: str, labs: list[dict], lookup: dict, due: dict[str, da
             "attempted": attempted,
             "tasks": {ex.id: _task_outcome({t.status for t in ex.tests})
                       for ex in item.result.exercises},
-            "report": f"{lab['lab']}/{safe_name(student)}.md"}
+            "report": f"{lab['lab']}/{safe_name(student)}.md",
+            "anchor": f"report-{lab['lab']}-{safe_name(student)}",
+            "integrity": _integrity(item.result), "late": item.late or "unknown"}
     for lab_id, day in sorted(due.items()):
         cell = row["labs"].get(lab_id)
         if day <= today and (cell is None or not cell["attempted"]):
@@ -349,6 +382,19 @@ def _student_row(student: str, labs: list[dict], lookup: dict, due: dict[str, da
         if cell and cell["attempted"] and cell["share"] < threshold:
             row["stuck"].append(f"{lab['lab']} at {cell['share']:.0%} (below {threshold:.0%})")
     return row
+
+
+def _integrity(result: GradeResult) -> str:
+    """The integrity of a regrade in words ("clean", "modified: ...", "added: ..."); "" for a
+    result graded in place (no regrade: nothing was compared)."""
+    from msda_labs.grading.judge import integrity
+
+    info = result.integrity or {}
+    if not info.get("checked"):
+        return ""
+    if info.get("modified") and not info.get("tampered"):
+        info = {**info, "tampered": info["modified"]}
+    return integrity.summary(info)
 
 
 def _task_key(task_id: str):

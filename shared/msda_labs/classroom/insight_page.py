@@ -20,7 +20,7 @@ from msda_labs.classroom.insight import (
     safe_name,
 )
 from msda_labs.errors import KitError
-from msda_labs.grading.render import render_markdown
+from msda_labs.grading.judge.render import render_markdown
 
 __all__ = ["write_insight", "write_beside_gradebook"]
 
@@ -120,9 +120,13 @@ def write_insight(graded: list[Graded], out: Path | str, **options) -> list[Path
     safe_charts = {"ladder": Markup(charts["ladder"]),
                    "labs": {k: {n: Markup(v) for n, v in c.items()}
                             for k, c in charts["labs"].items()}}
+    embedded = [{"anchor": f"report-{lab}-{safe_name(student)}", "student": student,
+                 "lab": lab, "text": render_markdown(item.result)}
+                for (student, lab), item in sorted(lookup.items(), key=lambda kv: (kv[0][1],
+                                                                                   kv[0][0]))]
     page = _template().render(data=data, charts=safe_charts, reports=reports.name,
                               outcomes=TASK_OUTCOMES, outcome_label=OUTCOME_LABEL,
-                              outcome_colour=OUTCOME_COLOUR)
+                              outcome_colour=OUTCOME_COLOUR, embedded=embedded)
     out.write_text(page)
     written = [out]
     json_path = out.with_suffix(".json")
@@ -154,12 +158,17 @@ def write_insight(graded: list[Graded], out: Path | str, **options) -> list[Path
     return written
 
 
-def write_beside_gradebook(rows: list, page: Path | str) -> tuple[Path | None, str]:
+def write_beside_gradebook(rows: list, page: Path | str,
+                           records: dict | None = None) -> tuple[Path | None, str]:
     """The batch regrade's page: ``rows`` are :class:`~msda_labs.classroom.regrade.GradebookRow`
-    (those without a result are left out). Returns ``(page or None, a line saying what
+    (those without a result are left out), ``records`` each student's commit of record (a
+    regrade at the deadline: their lateness). Returns ``(page or None, a line saying what
     happened)``; a missing library or an unreadable result never stops the gradebook."""
-    graded = [Graded(row.student, row.lab, row.result, "") for row in rows
-              if row.result is not None]
+    from msda_labs.classroom.insight import lateness
+
+    records = records or {}
+    graded = [Graded(row.student, row.lab, row.result, "", lateness(records.get(row.student)))
+              for row in rows if row.result is not None]
     if not graded:
         return None, "insight page: not written (no submission was graded)"
     try:

@@ -1,14 +1,14 @@
 """The class leaderboard: a ranking of the speed trials a GPU regrade timed on the judge's clock.
 
 Every speed test of the GPU stage keeps its trial in the grade result (``GradeResult.speed``,
-written by :mod:`msda_labs.grading.speedjudge`): the time per call of the student's code, and of
-the PyTorch reference and the chip beside it, all taken by the judge on fresh inputs with every
-output checked. This module ranks those times, one board per lab and trial: each student's time
-per call, the spread of its rounds, the speedup over the reference, the ratio to the chip, the
-rank; the reference, the chip and the public peer (where the grading machine had it) are drawn
-as reference lines at their own times (the median over the class's trials). A trial that was
-not timed (a wrong output, a forged checksum, a time below the floor, a crash) is listed under
-the board, unranked, with the reason.
+written by :mod:`msda_labs.grading.judge.speedjudge`): the time per call of the student's code, and
+of the PyTorch reference and the chip beside it, all taken by the judge on fresh inputs with every
+output checked. This module ranks those times, one board per lab and trial: each student's time per
+call, the spread of its rounds, the speedup over the reference, the ratio to the chip, the rank; the
+reference, the chip and the public peer (where the grading machine had it) are drawn as reference
+lines at their own times (the median over the class's trials). A trial that was not timed (a wrong
+output, a forged checksum, a time below the floor, a crash) is listed under the board, unranked,
+with the reason.
 
 :func:`write_leaderboard` writes a self-contained HTML page (no script, no external file) and
 the same data as CSV. ``hide_names``: the page shows "student N" in an order drawn at random for
@@ -80,7 +80,7 @@ class Board:
 
 def entries_of(rows: Iterable) -> list[Entry]:
     """Entries from graded rows: anything with ``student``, ``lab`` and ``result`` (a
-    :class:`~msda_labs.grading.results.GradeResult`, or None: left out)."""
+    :class:`~msda_labs.grading.judge.results.GradeResult`, or None: left out)."""
     found = []
     for row in rows:
         result = getattr(row, "result", None)

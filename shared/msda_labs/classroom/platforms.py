@@ -1,4 +1,4 @@
-"""Platform writers of one :class:`~msda_labs.grading.results.GradeResult`.
+"""Platform writers of one :class:`~msda_labs.grading.judge.results.GradeResult`.
 
 * GitHub Classroom's autograding actions: the ``result`` a command grader hands to
   ``autograding-grading-reporter`` (base64 of JSON, version 1, one entry per test, integer points),
@@ -8,6 +8,10 @@
 
 Each writer reads the result and nothing else, so the same grading run shows the same points on
 every platform. Points are integers everywhere (fractional totals broke the Classroom exports).
+
+The writers are registered once, by name (:data:`WRITERS`, :func:`writer`): ``report --format``,
+:func:`render` and the docs' list of formats all read the registry, so a platform is added by
+registering one function here.
 """
 
 from __future__ import annotations
@@ -15,19 +19,47 @@ from __future__ import annotations
 import base64
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from msda_labs.grading.render import render_markdown
-from msda_labs.grading.results import GradeResult
+from msda_labs.grading.judge.diagnosis import clip, settle, student_words
+from msda_labs.grading.judge.render import render_markdown
+from msda_labs.grading.judge.results import GradeResult
 
 __all__ = ["label_of", "github_classroom_result", "encode_github_classroom",
            "decode_github_classroom", "reporter_output", "classroom50_result", "commit_datetime",
-           "gradescope_results", "CLASSROOM50_SCHEMA", "FORMATS", "render", "reporter_from_env"]
+           "gradescope_results", "CLASSROOM50_SCHEMA", "FORMATS", "WRITERS", "Writer", "writer",
+           "render", "reporter_from_env"]
 
 CLASSROOM50_SCHEMA = "classroom50/result/v1"
-# What `python -m msda_labs report --format` writes.
-FORMATS = ("terminal", "markdown", "json", "github-classroom", "classroom50", "gradescope")
+
+
+@dataclass(frozen=True)
+class Writer:
+    """One output format of a grade result: its name (``report --format NAME``), what it is for,
+    and the function that writes it (text ending in a newline)."""
+
+    name: str
+    what: str
+    write: Callable[[GradeResult], str]
+
+
+WRITERS: dict[str, Writer] = {}
+
+
+def writer(name: str, what: str):
+    """Register the decorated ``result -> text`` function as the writer of format ``name``."""
+    def register(fn: Callable[[GradeResult], str]) -> Callable[[GradeResult], str]:
+        if name in WRITERS:
+            raise ValueError(f"two writers of format {name!r}")
+        WRITERS[name] = Writer(name, what, fn)
+        return fn
+    return register
+
+
+def _json_text(data) -> str:
+    return json.dumps(data, indent=2) + "\n"
 
 
 def label_of(ex, test) -> str:
@@ -36,21 +68,45 @@ def label_of(ex, test) -> str:
 
 
 def _feedback(test) -> str:
-    """The word of a test's status (:attr:`Status.feedback`), then its message."""
+    """The word of a test's status (:attr:`Status.feedback`), then its message in the student's
+    words, then where its cause lies when that is upstream ("follows from Task X")."""
     if test.status.passed:
         return test.status.feedback
-    return f"{test.status.feedback}: {test.message}" if test.message else test.status.feedback
+    text = f"{test.status.feedback}: {student_words(test.message)}" if test.message \
+        else test.status.feedback
+    if (test.cause or {}).get("kind") == "follows":
+        text += f"; {test.cause['text']}"
+    return text
+
+
+def _start_here(result: GradeResult) -> dict:
+    """The result's start-here record (:func:`~msda_labs.grading.judge.diagnosis.settle`)."""
+    settle(result)
+    return result.start_here
+
+
+def _starts_here(result: GradeResult, ex, test) -> bool:
+    where = result.start_here
+    return bool(where) and where.get("task") == ex.id and where.get("test") == test.name
 
 
 def github_classroom_result(result: GradeResult, test_command: str = "") -> dict:
-    """The JSON that a classroom-resources command grader writes (before base64)."""
+    """The JSON that a classroom-resources command grader writes (before base64). The reporter
+    prints a failing test's name only, so the test where the report starts says so in its name
+    ("start here: <cause>") and its message begins with the start-here line."""
     tests = []
+    start = _start_here(result)
     for ex, test in result.tests():
+        name = f"{label_of(ex, test)} ({test.max_score} pt{'s' * (test.max_score != 1)})"
+        message = _feedback(test)
+        if _starts_here(result, ex, test):
+            name += f" - start here: {clip(start.get('cause') or 'no known mistake matches', 80)}"
+            message = f"{start['text']}; {message}"
         tests.append({
-            "name": f"{label_of(ex, test)} ({test.max_score} pt{'s' * (test.max_score != 1)})",
+            "name": name,
             "status": test.status.github,  # autograding-command-grader: pass | fail | error
             "score": int(test.score),
-            "message": _feedback(test),
+            "message": message,
             "test_code": test_command or f"python -m msda_labs grade . --task {ex.id}",
             "filename": "",
             "line_no": 0,
@@ -253,6 +309,10 @@ def classroom50_result(result: GradeResult, env: Mapping[str, str] | None = None
     now = graded or datetime.now(timezone.utc)
     tests = [{"test-name": label_of(ex, t), "passed": t.status.passed,
               "score": int(t.score), "max-score": int(t.max_score)} for ex, t in result.tests()]
+    start = _start_here(result)
+    if start:  # a 0-point line first: where to start reading (Classroom 50 shows test names)
+        tests.insert(0, {"test-name": clip(start["text"], 300), "passed": False, "score": 0,
+                         "max-score": 0})
     info = result.integrity
     # After a regrade, `tampered` lists what the student changed (restored before grading).
     changed = info.get("modified") or info.get("tampered", info.get("restored")) or []
@@ -286,7 +346,9 @@ def classroom50_result(result: GradeResult, env: Mapping[str, str] | None = None
 
 def gradescope_results(result: GradeResult, *, execution_time: float | None = None,
                        visibility: str = "visible") -> dict:
-    """Gradescope's ``results.json``: one test per graded test, numbered by task."""
+    """Gradescope's ``results.json``: one test per graded test, numbered by task; the overall
+    output (Markdown) opens with the start-here line, and so does the test where it starts."""
+    _start_here(result)
     tests = []
     counters: dict[str, int] = {}
     for ex, t in result.tests():
@@ -297,7 +359,8 @@ def gradescope_results(result: GradeResult, *, execution_time: float | None = No
             "score": int(t.score),
             "max_score": int(t.max_score),
             "status": t.status.gradescope,
-            "output": _feedback(t),
+            "output": (f"{result.start_here['text']}\n\n" if _starts_here(result, ex, t)
+                       else "") + _feedback(t),
             "output_format": "text",
             "tags": [f"task {ex.id}", f"stage {t.stage}", f"mode {t.mode}"],
         }
@@ -310,29 +373,39 @@ def gradescope_results(result: GradeResult, *, execution_time: float | None = No
         "stdout_visibility": "hidden",
         "tests": tests,
         "extra_data": {"lab": result.lab, "integrity": result.integrity,
-                       "stages": list(result.stages)},
+                       "stages": list(result.stages), "start_here": _start_here(result)},
     }
     if execution_time is not None:
         out["execution_time"] = int(round(execution_time))
     return out
 
 
+@writer("terminal", "the table a student reads in a terminal")
+def _terminal(result: GradeResult) -> str:
+    from msda_labs.grading.judge.render import render_terminal
+
+    return render_terminal(result) + "\n"
+
+
+writer("markdown", "the job summary and Feedback pull request")(render_markdown)
+writer("json", "grade.json, the result as data")(lambda result: _json_text(result.to_dict()))
+writer("github-classroom", "the result autograding-grading-reporter reads (base64 JSON)")(
+    encode_github_classroom)
+writer("classroom50", "Classroom 50's result.json")(
+    lambda result: _json_text(classroom50_result(result)))
+writer("gradescope", "Gradescope's results.json")(
+    lambda result: _json_text(gradescope_results(result)))
+
+# What `python -m msda_labs report --format` writes: every registered writer.
+FORMATS = tuple(WRITERS)
+
+
 def render(result: GradeResult, fmt: str) -> str:
     """``result`` in one of :data:`FORMATS`, as text ending in a newline (base64 for
     github-classroom)."""
-    from msda_labs.grading.render import render_terminal
-
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
-    if fmt == "terminal":
-        return render_terminal(result) + "\n"
-    if fmt == "markdown":
-        return render_markdown(result)
-    if fmt == "github-classroom":
-        return encode_github_classroom(result)
-    data = {"json": result.to_dict, "classroom50": lambda: classroom50_result(result),
-            "gradescope": lambda: gradescope_results(result)}[fmt]()
-    return json.dumps(data, indent=2) + "\n"
+    if fmt not in WRITERS:
+        raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(WRITERS)}")
+    return WRITERS[fmt].write(result)
 
 
 def reporter_from_env(runners: str, env: Mapping[str, str]) -> tuple[list[str], int]:

@@ -154,7 +154,7 @@ class _CpuTasks:
         self.tasks: dict[str, list] = {}
 
     def pytest_collection_finish(self, session):
-        from msda_labs.grading.plugin import GRADE_KEY
+        from msda_labs.grading.judge.plugin import GRADE_KEY
 
         gs = session.config.stash[GRADE_KEY]
         for task_id, name in gs.tasks.items():
@@ -164,7 +164,7 @@ class _CpuTasks:
 
 
 def _collect_here(lab_dir: Path) -> dict[str, list]:
-    from msda_labs.grading.stage_run import collect
+    from msda_labs.grading.judge.stage_run import collect
 
     collector = _CpuTasks()
     code = collect(lab_dir, collector, "cpu")

@@ -24,7 +24,7 @@ from pathlib import Path
 from msda_labs.classroom import deadline
 from msda_labs.classroom.regrade import GradebookRow, _kit_pristine, detect_lab, regrade_checkout
 from msda_labs.errors import KitError
-from msda_labs.grading import integrity
+from msda_labs.grading.judge import integrity
 
 __all__ = ["regrade_folder_at_deadline", "regrade_class", "rows_json"]
 
@@ -35,12 +35,37 @@ def _lab(lab_id: str):
     return load_manifest(find_manifest()).lab(lab_id)
 
 
+def _deadline(manifest, info, student: str):
+    """(due, end of the late window, extension or None) of ``student`` for the lab ``info``:
+    the extension classroom.yml gives them, else the lab's own dates."""
+    extension = manifest.extension_for(student, info.id) if manifest is not None else None
+    if extension is not None:
+        return extension.due, extension.cutoff, extension
+    return info.due, info.cutoff, None
+
+
+def _manifest_or_none():
+    from msda_labs.course.manifest import ManifestError, find_manifest, load_manifest
+
+    try:
+        return load_manifest(find_manifest())
+    except ManifestError:
+        return None  # a folder of clones outside the kit: no extensions to apply
+
+
+def _with_extension(record: dict | None, extension) -> dict | None:
+    if record is not None and extension is not None:
+        record["extension"] = extension.describe()
+    return record
+
+
 def _graded_row(student: str, lab_id: str, record: deadline.CommitOfRecord, folder: Path,
-                pristine: Path, options: dict) -> GradebookRow:
+                pristine: Path, options: dict, extension=None) -> GradebookRow:
     result = regrade_checkout(folder, pristine=pristine, lab_id=lab_id, **options)
-    result.notes.insert(0, record.note())
+    note = record.note() + (f"; {extension.describe()}" if extension is not None else "")
+    result.notes.insert(0, note)
     return GradebookRow(student, lab_id, result.score, result.max_score,
-                        integrity.summary(result.integrity), record.sha, record.note(),
+                        integrity.summary(result.integrity), record.sha, note,
                         result=result).seal()
 
 
@@ -61,18 +86,20 @@ def regrade_folder_at_deadline(folder: Path, *, lab: str | None = None, prefix: 
         p for p in folder.iterdir()
         if p.is_dir() and not p.is_symlink() and not p.name.startswith("."))
     out = []
+    manifest = _manifest_or_none()
     with tempfile.TemporaryDirectory(prefix="msda-deadline-") as tmp:
         cache: dict[str, Path] = {}
         for clone in clones:
             student = _student(clone.name, prefix)
-            record, lab_id = None, lab or ""
+            record, lab_id, extension = None, lab or "", None
             try:
                 lab_id = detect_lab(clone, lab)
                 info = lab_info or _lab(lab_id)
                 if info.due is None:
                     raise KitError(f"{lab_id} has no due date in classroom.yml (labs[].due): "
                                    f"there is no deadline to regrade at")
-                record = deadline.local_record(clone, info.due, info.cutoff, client=client)
+                due, cutoff, extension = _deadline(manifest, info, student)
+                record = deadline.local_record(clone, due, cutoff, client=client)
                 if not record.found:
                     row = _failed_row(student, lab_id, "", record.note())
                 else:
@@ -83,14 +110,14 @@ def regrade_folder_at_deadline(folder: Path, *, lab: str | None = None, prefix: 
                         if lab_id not in cache:
                             cache[lab_id] = _kit_pristine(lab_id, Path(tmp) / "pristine" / lab_id)
                         source = cache[lab_id]
-                    row = _graded_row(student, lab_id, record, tree, source, options)
+                    row = _graded_row(student, lab_id, record, tree, source, options, extension)
             except (KitError, ValueError, OSError) as exc:
                 row = _failed_row(student, lab_id, record.sha if record else "", str(exc))
             except Exception as exc:  # noqa: BLE001 - one clone never stops the class
                 row = _failed_row(student, lab_id, record.sha if record else "",
                                   f"the regrade failed on this clone ({type(exc).__name__}: "
                                   f"{str(exc)[:300]})")
-            out.append((row, record.to_dict() if record else None))
+            out.append((row, _with_extension(record.to_dict() if record else None, extension)))
             if progress is not None:
                 progress(row)
     return out
@@ -106,13 +133,15 @@ def regrade_class(client, org: str, prefix: str, lab_id: str, *, pristine: Path 
     if info.due is None:
         raise KitError(f"{lab_id} has no due date in classroom.yml (labs[].due)")
     out = []
+    manifest = _manifest_or_none()
     with tempfile.TemporaryDirectory(prefix="msda-class-") as tmp:
         source = pristine or _kit_pristine(lab_id, Path(tmp) / "pristine")
         for repo in list_class_repos(client, org, prefix):
             record = None
+            due, cutoff, extension = _deadline(manifest, info, repo.student)
             try:
                 record = deadline.server_record(client, repo.owner, repo.name,
-                                                repo.default_branch, info.due, info.cutoff)
+                                                repo.default_branch, due, cutoff)
                 if not record.found:
                     row = _failed_row(repo.student, lab_id, "", record.note())
                 else:
@@ -121,10 +150,12 @@ def regrade_class(client, org: str, prefix: str, lab_id: str, *, pristine: Path 
                     folder.mkdir(parents=True)
                     if data is not None:
                         (folder / f"{lab_id}.py").write_bytes(data)
-                    row = _graded_row(repo.student, lab_id, record, folder, source, options)
+                    row = _graded_row(repo.student, lab_id, record, folder, source, options,
+                                      extension)
             except (KitError, ValueError, OSError) as exc:
                 row = _failed_row(repo.student, lab_id, record.sha if record else "", str(exc))
-            out.append((row, record.to_dict() if record else None))
+            out.append((row, _with_extension(record.to_dict() if record else None,
+                                             extension)))
             if progress is not None:
                 progress(row)
     return out

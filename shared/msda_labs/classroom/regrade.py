@@ -1,7 +1,7 @@
 """Regrade a student's checkout: the pristine lab with the student's ``labNN.py``, and only it.
 
     python -m msda_labs regrade PATH [--lab LAB] [--seed-file F] [--json OUT] [--gpu]
-    python -m msda_labs regrade FOLDER_OF_CHECKOUTS --gradebook gradebook.csv
+    python -m msda_labs regrade FOLDER_OF_CHECKOUTS --gradebook gradebook.csv [--jobs N]
 
 The work tree is a copy of the pristine lab (a fresh export of the kit, or ``--pristine DIR``, an
 export) with the student's ``labNN.py`` written into it: nothing else of the checkout is copied,
@@ -9,26 +9,36 @@ imported or run. What the checkout holds beyond the template is listed in the re
 ``added``), and the grading files it changed are named (``tampered``); the student's checkout is
 never written to. A secret seed (``--seed``, ``--seed-file``, ``$MSDA_GRADE_SEED`` or
 ``$MSDA_GRADE_SEED_FILE``) draws every random case from a salt of the secret and the submission's
-bytes (:mod:`msda_labs.grading.secret`), so hard-coded answers to the published cases fail; the
-grading process gets the secret in its environment, never on a command line, and a seed file
-that other users can read is refused.
+bytes (:mod:`msda_labs.grading.isolation.secret`), so hard-coded answers to the published cases
+fail; the grading process gets the secret in its environment, never on a command line, and a seed
+file that other users can read is refused.
 
 The grading process starts in isolated mode with a fixed search path, in the work tree, with an
-environment built from an allowlist (:func:`msda_labs.grading.executor.python_command`,
-:func:`~msda_labs.grading.executor.grading_env`). Run as root, a regrade requires separation
-(``MSDA_SEPARATE=1`` for the grading process, unless set to ``0``): the student's code runs as a
-uid of its own that cannot read the pristine copy, the grading files, the seed file or this
-regrade's output (:mod:`msda_labs.grading.sandbox`). docs/security.md says what each run trusts.
+environment built from an allowlist (:func:`msda_labs.grading.isolation.executor.python_command`,
+:func:`~msda_labs.grading.isolation.executor.grading_env`). Run as root, a regrade requires
+separation (``MSDA_SEPARATE=1`` for the grading process, unless set to ``0``): the student's code
+runs as a uid of its own that cannot read the pristine copy, the grading files, the seed file or
+this regrade's output (:mod:`msda_labs.grading.isolation.sandbox`). docs/security.md says what each
+run trusts.
+
+Everything the judge reads of a checkout goes through
+:class:`msda_labs.grading.isolation.studentfiles.Reader` (no link followed, regular files only,
+sizes and walks capped): odd entries are listed (integrity ``odd``) and the checkout is graded on
+its ``labNN.py`` alone. A batch grades each student in a worker process of its own, within a
+per-student limit, ``jobs`` at a time, and keeps each row as soon as it is done
+(:mod:`msda_labs.classroom.batch`); a seed that would be refused stops the batch before any student
+is graded or any file written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import json
 import os
-import stat
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -36,14 +46,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from msda_labs.errors import KitError
-from msda_labs.grading import integrity, judgeonly, sandbox
-from msda_labs.grading.executor import grading_env, python_command, relay_safe
-from msda_labs.grading.results import GradeResult
-from msda_labs.grading.secret import SEED_ENV, SEED_FILE_ENV, read_secret
+from msda_labs.grading.isolation import judgeonly, sandbox, stem
+from msda_labs.grading.isolation.executor import grading_env, python_command, relay_safe
+from msda_labs.grading.isolation.secret import SEED_ENV, SEED_FILE_ENV, read_secret
+from msda_labs.grading.isolation.studentfiles import Reader
+from msda_labs.grading.judge import integrity
+from msda_labs.grading.judge.results import GradeResult
 
 __all__ = ["RegradeError", "GradebookRow", "detect_lab", "regrade_checkout",
            "regrade_batch", "write_gradebook", "verify_outputs", "is_checkout", "commit_of",
-           "student_module", "check_seed_file", "GRADEBOOK_COLUMNS"]
+           "student_module", "check_seed_file", "check_secret", "survey_checkout",
+           "GRADEBOOK_COLUMNS", "journal_path"]
 
 GRADEBOOK_COLUMNS = ("student", "lab", "score", "max", "integrity", "commit", "note")
 _NOT_COPIED = {".git", ".venv", "venv", ".nox", "__pycache__", ".pytest_cache", ".ruff_cache",
@@ -64,15 +77,23 @@ def _lab_id(key: str) -> str:
     return key
 
 
+def _lab_modules(checkout: Path) -> list[str]:
+    """The ``labNN.py`` names at the checkout's root (links and other odd entries included, so
+    that they get a clear result), listed without following links."""
+    return sorted(name[:-3] for name, _ in Reader(Path(checkout)).listing()
+                  if len(name) == 8 and name.startswith("lab") and name[3:5].isdigit()
+                  and name.endswith(".py"))
+
+
 def is_checkout(path: Path) -> bool:
-    return Path(path).is_dir() and any(Path(path).glob("lab[0-9][0-9].py"))
+    return Path(path).is_dir() and bool(_lab_modules(path))
 
 
 def detect_lab(checkout: Path, lab: str | None = None) -> str:
     """The lab of a checkout: ``lab`` if given, else its only ``labNN.py`` at the root."""
     if lab:
         return _lab_id(lab)
-    modules = sorted(p.stem for p in Path(checkout).glob("lab[0-9][0-9].py"))
+    modules = _lab_modules(checkout)
     if len(modules) == 1:
         return modules[0]
     if not modules:
@@ -85,38 +106,41 @@ def commit_of(checkout: Path) -> str:
         return ""
     # As root, in a folder of the student's: their repository's configuration must not run a
     # program (an fsmonitor, hooks).
-    proc = subprocess.run(["git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null",
-                           "-C", str(checkout), "rev-parse", "--verify", "HEAD"],
-                          capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    try:
+        proc = subprocess.run(["git", "-c", "core.fsmonitor=false", "-c",
+                               "core.hooksPath=/dev/null", "-C", str(checkout), "rev-parse",
+                               "--verify", "HEAD"],
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                              timeout=60)
+    except subprocess.TimeoutExpired:
+        return ""
     return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
-def student_module(checkout: Path, lab_id: str) -> tuple[bytes | None, str]:
+def student_module(checkout: Path, lab_id: str,
+                   reader: Reader | None = None) -> tuple[bytes | None, str]:
     """(the bytes of the checkout's ``labNN.py``, ""), or (None, why) when it has none that can
     be graded: missing, a link, not a regular file (a FIFO would block a reader), or too large.
-    Opened without following links, and without blocking."""
-    path = Path(checkout) / f"{lab_id}.py"
+    Read through :class:`Reader`: no link followed, without blocking, capped."""
+    reader = reader or Reader(Path(checkout))
+    name = f"{lab_id}.py"
+    saved, reader.file_limit = reader.file_limit, min(reader.file_limit, _MODULE_LIMIT)
     try:
-        info = os.lstat(path)
-    except OSError:
-        return None, f"the checkout has no {lab_id}.py"
-    if stat.S_ISLNK(info.st_mode):
-        return None, f"{lab_id}.py is a symbolic link, not a file"
-    if not stat.S_ISREG(info.st_mode):
-        return None, f"{lab_id}.py is not a regular file"
-    if info.st_size > _MODULE_LIMIT:
-        return None, f"{lab_id}.py is larger than {_MODULE_LIMIT >> 20} MiB"
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as exc:
-        return None, f"{lab_id}.py cannot be read ({exc.strerror or exc})"
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            return None, f"{lab_id}.py is not a regular file"
-        data = fh.read(_MODULE_LIMIT + 1)
-    if len(data) > _MODULE_LIMIT:
-        return None, f"{lab_id}.py is larger than {_MODULE_LIMIT >> 20} MiB"
-    return data, ""
+        data = reader.read(name)
+    finally:
+        reader.file_limit = saved
+    if data is not None:
+        return data, ""
+    why = reader.odd.get(name)
+    if why is None:
+        return None, f"the checkout has no {name}"
+    if why == "symbolic link":
+        return None, f"{name} is a symbolic link, not a file"
+    if why.startswith("too large"):
+        return None, f"{name} is larger than {_MODULE_LIMIT >> 20} MiB"
+    if why.startswith(("unreadable", "changed")):
+        return None, f"{name} cannot be read ({why})"
+    return None, f"{name} is not a regular file ({why})"
 
 
 def _work_tree(pristine: Path, work: Path, lab_id: str, module: bytes | None) -> None:
@@ -142,7 +166,7 @@ def _kit_pristine(lab_id: str, scratch: Path) -> Path:
     if not (manifest.root / lab.folder).is_dir():
         raise RegradeError(f"no pristine source for {lab_id}: run regrade from the course kit "
                            f"or pass --pristine DIR (an export of {lab_id})")
-    return export_lab(manifest, lab, scratch, force=True)
+    return export_lab(manifest, lab, scratch, force=True, judge=True)
 
 
 def _separating() -> bool:
@@ -150,11 +174,32 @@ def _separating() -> bool:
     return sandbox.is_root() and os.environ.get(sandbox.SEPARATE_ENV, "").strip() != "0"
 
 
+@contextlib.contextmanager
+def _stems_for_the_batch():
+    """Zygotes forked from warm stems (:mod:`msda_labs.grading.isolation.stem`) for every student
+    of a batch: each grading process then skips the 2.4 s a zygote spends importing torch. Only
+    where children run as a uid of their own, which cannot enter the stems' folder (0700, the
+    judge's); elsewhere a child runs as the judge's uid, could reach the stems of the next
+    students, and every zygote starts cold. A folder already named in the environment is kept."""
+    if os.environ.get(stem.STEMS_ENV) or not _separating():
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix="msda-stems-")
+    os.environ[stem.STEMS_ENV] = folder
+    try:
+        with stem.held(folder):  # a batch killed outright takes its stems with it
+            yield
+    finally:
+        os.environ.pop(stem.STEMS_ENV, None)
+        stem.stop_all(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def _lock_down(scratch: Path, work: Path) -> None:
     """Children may pass through the scratch and work folders to the package they import, and no
     further: the student's files and everything else of this regrade are closed to other users
     (the grading process then opens the student's files to its child's group alone:
-    ``$MSDA_PRIVATE_FOLDER``, :func:`msda_labs.grading.sandbox.share_with`)."""
+    ``$MSDA_PRIVATE_FOLDER``, :func:`msda_labs.grading.isolation.sandbox.share_with`)."""
     scratch.chmod(0o711)
     work.chmod(0o711)
     for entry in work.iterdir():
@@ -172,6 +217,19 @@ def _seed_path(seed, seed_file) -> Path | None:
         return None
     named = os.environ.get(SEED_FILE_ENV, "").strip()
     return Path(named) if named else None
+
+
+def check_secret(seed=None, seed_file=None) -> tuple[Path | None, str | None]:
+    """The seed file (checked: :func:`check_seed_file`) and the secret, as a regrade would take
+    them; RegradeError when the regrade must be refused. A batch calls this once, before any
+    student is graded or any file written."""
+    seed_path = _seed_path(seed, seed_file)
+    if seed_path is not None:
+        seed_path = check_seed_file(seed_path)
+    try:
+        return seed_path, read_secret(seed, seed_path)
+    except KitError as exc:
+        raise RegradeError(str(exc)) from None
 
 
 def check_seed_file(path: Path) -> Path:
@@ -227,6 +285,24 @@ def _grade_subprocess(work: Path, lab_id: str, *, secret: str | None, timeout: f
     return GradeResult.read_json(out)
 
 
+def survey_checkout(checkout: Path, source: Path, lab_id: str) -> dict:
+    """Everything the judge reads of a checkout, read through one :class:`Reader` (bounded, no
+    link followed): ``module`` (the bytes of ``labNN.py``, or None) and ``why`` not, ``found``
+    (its grading files against the pristine ``source``), ``own`` (against its own manifest),
+    ``added`` (beyond the template) and ``odd`` (what the reader refused)."""
+    checkout = Path(checkout)
+    reader = Reader(checkout)
+    module, why = student_module(checkout, lab_id, reader)
+    found = integrity.compare_trees(checkout, source, reader)
+    own = integrity.check_folder(checkout, reader)
+    template = integrity.template_of(source)
+    if template is None:
+        template = set(integrity.walk(source, skip=integrity.NOT_SCANNED)[0])
+    added = integrity.extra_files(checkout, template, f"{lab_id}.py", reader)
+    return {"module": module, "why": why, "found": found, "own": own, "added": added,
+            "odd": reader.odd_list()}
+
+
 def regrade_checkout(checkout: Path, *, pristine: Path | None = None, lab_id: str | None = None,
                      seed: int | str | None = None, gpu: bool = False,
                      timeout: float | None = None, python: str | None = None,
@@ -241,26 +317,16 @@ def regrade_checkout(checkout: Path, *, pristine: Path | None = None, lab_id: st
     if not checkout.is_dir():
         raise RegradeError(f"{checkout} is not a folder")
     lab_id = detect_lab(checkout, lab_id)
-    seed_path = _seed_path(seed, seed_file)
-    if seed_path is not None:
-        seed_path = check_seed_file(seed_path)
-    try:
-        secret = read_secret(seed, seed_path)
-    except KitError as exc:
-        raise RegradeError(str(exc)) from None
-    module, why = student_module(checkout, lab_id)
+    seed_path, secret = check_secret(seed, seed_file)
     with tempfile.TemporaryDirectory(prefix="msda-regrade-") as tmp:
         scratch = Path(tmp)
         if pristine is None:
             source, label = _kit_pristine(lab_id, scratch / "pristine"), "the kit"
         else:
             source, label = Path(pristine).resolve(), str(pristine)
-        found = integrity.compare_trees(checkout, source)
-        own = integrity.check_folder(checkout)
-        template = integrity.template_of(source)
-        if template is None:
-            template = set(integrity.walk(source, skip=integrity.NOT_SCANNED)[0])
-        added = integrity.extra_files(checkout, template, f"{lab_id}.py")
+        survey = survey_checkout(checkout, source, lab_id)
+        module, why, found, own, added = (survey[k] for k in ("module", "why", "found", "own",
+                                                              "added"))
         work = scratch / "work"
         _work_tree(source, work, lab_id, module)
         notes = [f"{why}: graded the untouched starter"] if module is None else []
@@ -289,11 +355,17 @@ def regrade_checkout(checkout: Path, *, pristine: Path | None = None, lab_id: st
         tampered = sorted(found["changed"])
     result.integrity = {"checked": True, "modified": [], "restored": restored,
                         "tampered": tampered, "changed": found["changed"],
-                        "missing": found["missing"], "added": added, "source": label}
+                        "missing": found["missing"], "added": added, "odd": survey["odd"],
+                    "source": label}
     head = [f"regraded {lab_id}.py alone in the pristine lab from {label}"]
     if tampered:
         head.append(f"the checkout had changed grading files, restored before grading: "
                     f"{', '.join(tampered)}")
+    odd = result.integrity["odd"]
+    if odd:
+        head.append(f"entries the judge did not open (links are never followed; only regular "
+                    f"files of bounded size are read): {', '.join(odd[:8])}"
+                    + (f" ... ({len(odd)} in all)" if len(odd) > 8 else ""))
     if added:
         head.append(f"files beyond the template, not copied, imported or run: "
                     f"{', '.join(added[:8])}" + (f" ... ({len(added)} in all)"
@@ -313,14 +385,17 @@ def regrade_checkout(checkout: Path, *, pristine: Path | None = None, lab_id: st
 def _gpu_stage(lab_id: str, work: Path, seed: str | None, timeout: float | None) -> GradeResult:
     """The GPU stage through the GPU runner (local CUDA, else Modal), on the restored copy; on
     local CUDA as root, separation is required as for the CPU stages."""
+    from msda_labs.course.resolve import resolve_lab
     from msda_labs.gpu import runner
+    from msda_labs.grading.judge.job import GradingJob
 
     saved = os.environ.get(sandbox.SEPARATE_ENV)
     if _separating():
         os.environ[sandbox.SEPARATE_ENV] = "1"
     try:
-        return runner.run_gpu_stage(lab_id, work, work / f"{lab_id}.py", timeout=timeout,
-                                    seed=seed)
+        job = GradingJob.build(resolve_lab(str(work)), work / f"{lab_id}.py", stage="gpu",
+                               timeout=timeout, secret=seed)
+        return runner.run_gpu_stage(job)
     except (KitError, runner.GpuUnavailable) as exc:
         raise RegradeError(f"the GPU stage of {lab_id} could not run: {exc}") from None
     finally:
@@ -363,17 +438,49 @@ def _student(name: str, prefix: str | None) -> str:
     return name
 
 
+def journal_path(gradebook: Path) -> Path:
+    """The journal of a batch that writes ``gradebook``: ``NAME.rows.jsonl`` beside it."""
+    gradebook = Path(gradebook)
+    return gradebook.with_name(gradebook.stem + ".rows.jsonl")
+
+
+def _graded_row(student: str, lab_id: str, commit: str, result: GradeResult) -> GradebookRow:
+    info = result.integrity
+    known = set(info.get("tampered") or []) | set(info.get("added") or [])
+    drift = len([p for p in info.get("restored") or [] if p not in known])
+    return GradebookRow(student, lab_id, result.score, result.max_score,
+                        integrity.summary(result.integrity), commit,
+                        f"{drift} grading file(s) from an older export replaced" if drift > 0
+                        else "", result=result).seal()
+
+
+def _pristine_digest(source: Path) -> str:
+    """What identifies the pristine grading files: the digest of their manifest."""
+    data = Reader(Path(source)).read(integrity.MANIFEST_PATH)
+    return hashlib.sha256(data or b"").hexdigest()
+
+
 def regrade_batch(folder: Path, *, lab: str | None = None, prefix: str | None = None,
-                  pristine: Path | None = None, progress=None, **options) -> list[GradebookRow]:
+                  pristine: Path | None = None, progress=None, jobs: int = 1,
+                  student_limit: float | None = None, journal: Path | None = None,
+                  **options) -> list[GradebookRow]:
     """Regrade every checkout (a sub-folder holding a labNN.py) of ``folder``, one row each.
 
     A checkout that cannot be graded gets a row with an empty score and the reason in ``note``;
-    whatever one checkout does, the next ones are graded. Pristine copies from the kit are
-    exported once per lab. Each row is sealed with a digest when the judge writes it
-    (:func:`verify_outputs` checks the written files against them).
+    whatever one checkout does, the next ones are graded. Each student is graded in a worker
+    process of its own within ``student_limit`` seconds (everything done for them, integrity
+    included), ``jobs`` at a time (:mod:`msda_labs.classroom.batch`). With ``journal``, each
+    row is appended to it as soon as the student is done, and a student whose journal row has
+    the same inputs (lab, commit, ``labNN.py``, pristine files, secret, options) is not graded
+    again: an interrupted batch resumes. A seed that would be refused raises RegradeError
+    before anything is graded or written. Pristine copies from the kit are exported once per
+    lab. Each row is sealed with a digest when the judge writes it (:func:`verify_outputs`
+    checks the written files against them).
     """
+    from msda_labs.classroom import batch
+
     folder = Path(folder)
-    rows = []
+    _, secret = check_secret(options.get("seed"), options.get("seed_file"))
     checkouts = sorted(p for p in folder.iterdir()
                        if p.is_dir() and not p.is_symlink() and not p.name.startswith("."))
     if _separating():
@@ -382,9 +489,38 @@ def regrade_batch(folder: Path, *, lab: str | None = None, prefix: str | None = 
         # classmate's work. (Each child also has its own copy of its own module only; the world
         # it runs in hides /tmp and the like, but not a class kept elsewhere, nor in the gpu mode.)
         judgeonly.hide(checkouts)
+    kept = batch.read_journal(Path(journal)) if journal else {}
+    if journal:
+        Path(journal).parent.mkdir(parents=True, exist_ok=True)
+    worker_options = {k: (str(v) if isinstance(v, Path) else v) for k, v in options.items()}
+    secret_digest = hashlib.sha256((secret or "").encode()).hexdigest()
+    rows: dict[int, GradebookRow] = {}
+    pending: dict[int, tuple[str, str, str, str]] = {}
+
+    def finish(index: int, row: GradebookRow) -> None:
+        rows[index] = row
+        if progress is not None:
+            progress(row)
+
+    def done(outcome) -> None:
+        student, lab_id, commit, key = pending[outcome.job.index]
+        if outcome.result is not None:
+            row = _graded_row(student, lab_id, commit, GradeResult.from_dict(outcome.result))
+        else:
+            row = GradebookRow(student, lab_id, "", "", "not graded", commit,
+                               outcome.error).seal()
+        if journal:
+            batch.journal_line(Path(journal), {
+                "checkout": Path(outcome.job.checkout).name, "key": key, "row": row.as_csv(),
+                "result": row.result.to_dict() if row.result else None,
+                "seconds": round(outcome.seconds, 3)})
+        finish(outcome.job.index, row)
+
     with tempfile.TemporaryDirectory(prefix="msda-batch-") as tmp:
         cache: dict[str, Path] = {}
-        for checkout in checkouts:
+        (Path(tmp) / "out").mkdir(mode=0o700)
+        todo = []
+        for index, checkout in enumerate(checkouts):
             student = _student(checkout.name, prefix)
             commit = commit_of(checkout)
             try:
@@ -394,36 +530,43 @@ def regrade_batch(folder: Path, *, lab: str | None = None, prefix: str | None = 
                     if lab_id not in cache:
                         cache[lab_id] = _kit_pristine(lab_id, Path(tmp) / lab_id)
                     source = cache[lab_id]
-                result = regrade_checkout(checkout, pristine=source, lab_id=lab_id, **options)
             except (KitError, ValueError, OSError) as exc:
-                rows.append(GradebookRow(student, lab or "", "", "", "not graded", commit,
-                                         str(exc)).seal())
-            except Exception as exc:  # noqa: BLE001 - one checkout never stops the class
-                rows.append(GradebookRow(student, lab or "", "", "", "not graded", commit,
-                                         f"the regrade failed on this checkout "
-                                         f"({type(exc).__name__}: {str(exc)[:300]})").seal())
-            else:
-                info = result.integrity
-                known = set(info.get("tampered") or []) | set(info.get("added") or [])
-                drift = len([p for p in info.get("restored") or [] if p not in known])
-                rows.append(GradebookRow(
-                    student, lab_id, result.score, result.max_score,
-                    integrity.summary(result.integrity), commit,
-                    f"{drift} grading file(s) from an older export replaced" if drift > 0
-                    else "", result=result).seal())
-            if progress is not None:
-                progress(rows[-1])
-    return rows
+                finish(index, GradebookRow(student, lab or "", "", "", "not graded", commit,
+                                           str(exc)).seal())
+                continue
+            module, why = student_module(checkout, lab_id)
+            key = batch.digest(checkout.name, lab_id, commit,
+                               hashlib.sha256(module).hexdigest() if module is not None else why,
+                               _pristine_digest(source), secret_digest,
+                               sorted(worker_options.items()))
+            entry = kept.get(checkout.name)
+            if entry and entry.get("key") == key and (entry.get("row") or [""] * 3)[2] != "":
+                result = GradeResult.from_dict(entry["result"]) if entry.get("result") else None
+                finish(index, GradebookRow(*entry["row"], result=result).seal())
+                continue
+            pending[index] = (student, lab_id, commit, key)
+            todo.append(batch.Job(index, str(checkout), lab_id, str(Path(source).resolve()),
+                                  worker_options, out=f"{tmp}/out/{index}.json",
+                                  log=f"{tmp}/out/{index}.log"))
+        with _stems_for_the_batch():
+            batch.run_jobs(todo, parallel=jobs, done=done,
+                           limit=student_limit or batch.DEFAULT_STUDENT_LIMIT)
+    return [rows[i] for i in sorted(rows)]
 
 
 def write_gradebook(rows: list[GradebookRow], path: Path) -> Path:
+    """Write the gradebook whole or not at all (a temporary file renamed over it)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as fh:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(GRADEBOOK_COLUMNS)
         for row in rows:
             writer.writerow(row.as_csv())
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
     return path
 
 

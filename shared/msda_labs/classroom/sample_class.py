@@ -37,7 +37,7 @@ from pathlib import Path
 
 from msda_labs.classroom.regrade import GradebookRow, write_gradebook
 from msda_labs.errors import KitError
-from msda_labs.grading.results import GradeResult
+from msda_labs.grading.judge.results import GradeResult
 from msda_labs.mistakes import library
 from msda_labs.mistakes.library import Mutant, MutantError
 

@@ -100,13 +100,14 @@ TRIGGERS = {
     "throttled": ["  push:", "  release:", "    types: [published]", "  workflow_dispatch:",
                   "  repository_dispatch:"],
 }
-_GATE_STEP = """
+_GATE_STEP = ("""
       - name: Grade this push? (at most once every @@EVERY@@ minutes)
         id: gate
         env:
           GITHUB_TOKEN: ${{ github.token }}
-        run: python3 shared/msda_labs/classroom/gate.py --every @@EVERY@@ --step "Grade @@LAB@@" --lab @@LAB@@
-"""
+        run: python3 shared/msda_labs/classroom/gate.py --every @@EVERY@@ """
+              """--step "Grade @@LAB@@" --lab @@LAB@@
+""")
 
 
 def when_graded(manifest: Manifest, lab: Lab) -> str:

@@ -13,11 +13,17 @@ import yaml
 
 from msda_labs.errors import KitError
 
-__all__ = ["ManifestError", "Stage", "Lab", "LatePolicy", "GradeTrigger", "Manifest",
-           "load_manifest", "find_manifest", "schema", "parse_due", "GRADE_ON"]
+__all__ = ["DEFAULT_TIMEOUT", "DEFAULT_GPU", "DEFAULT_JOB_TIMEOUT", "ManifestError", "Stage", "Lab",
+           "LatePolicy", "GradeTrigger", "Manifest",
+           "Extension", "Adjustment", "load_manifest", "find_manifest", "schema", "parse_due",
+           "GRADE_ON", "student_key"]
 
+# The stage defaults, in one place: what a stage that names no limit gets (seconds one test's
+# code may run, per stage), the GPU type, and the whole GPU stage's limit (the Modal function).
+# A bare lab folder without a manifest grades with these too.
 DEFAULT_TIMEOUT = {"cpu": 60, "interpret": 120, "aot": 180, "gpu": 300}
 DEFAULT_GPU = "H100"
+DEFAULT_JOB_TIMEOUT = 1800
 # When the exported workflow grades (``course.grade_on``).
 GRADE_ON = ("push", "submission", "throttled")
 
@@ -31,7 +37,7 @@ class Stage:
     name: str
     timeout_s: int
     gpu: str | None = None
-    job_timeout_s: int = 1800
+    job_timeout_s: int = DEFAULT_JOB_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -122,6 +128,45 @@ class Lab:
         return self.stage("gpu") is not None
 
 
+def student_key(student: str) -> str:
+    """A student as extensions and adjustments name them: the GitHub login, lower case (a
+    gradebook's ``owner--lab-05-ada`` or ``lab-05-ada`` matches ``ada``)."""
+    name = student.split("--")[-1] if "--" in student else student
+    if name.startswith("lab-") and name[4:6].isdigit() and name[6:7] == "-":
+        name = name[7:]
+    return name.strip().lower()
+
+
+@dataclass(frozen=True)
+class Extension:
+    """One student's own due date for one lab: a new date, or extra days on the lab's."""
+
+    student: str
+    lab: str
+    due: datetime               # the student's due date (the late window follows it)
+    cutoff: datetime            # the end of the student's late window
+    days: int = 0               # extra days given (0: an explicit date)
+    reason: str = ""
+    where: str = ""             # the file and entry it came from
+
+    def describe(self) -> str:
+        given = f"+{self.days} day(s)" if self.days else "new date"
+        text = f"extension ({given}): due {self.due.isoformat(sep=' ', timespec='minutes')}"
+        return text + (f" ({self.reason})" if self.reason else "") + f" [{self.where}]"
+
+
+@dataclass(frozen=True)
+class Adjustment:
+    """Points an instructor adds to (or takes from) one student's lab by hand, with the
+    reason; kept in a file of its own, so every regrade keeps it."""
+
+    student: str
+    lab: str
+    points: float
+    reason: str
+    where: str = ""
+
+
 @dataclass
 class Manifest:
     path: Path
@@ -134,10 +179,30 @@ class Manifest:
     late_policy: LatePolicy = field(default_factory=LatePolicy)
     timezone: str = ""
     grading: GradeTrigger = field(default_factory=GradeTrigger)
+    extensions: list[Extension] = field(default_factory=list)
+    adjustments: list[Adjustment] = field(default_factory=list)
 
     @property
     def root(self) -> Path:
         return self.path.parent
+
+    def extension_for(self, student: str, lab_id: str) -> Extension | None:
+        key = student_key(student)
+        return next((e for e in self.extensions if e.lab == lab_id and e.student == key), None)
+
+    def deadline_for(self, student: str, lab_id: str) -> tuple[datetime | None,
+                                                                 datetime | None,
+                                                                 Extension | None]:
+        """(due, end of the late window, the extension applied or None) of one student."""
+        extension = self.extension_for(student, lab_id)
+        if extension is not None:
+            return extension.due, extension.cutoff, extension
+        lab = self.lab(lab_id)
+        return lab.due, lab.cutoff, None
+
+    def adjustment_for(self, student: str, lab_id: str) -> Adjustment | None:
+        key = student_key(student)
+        return next((a for a in self.adjustments if a.lab == lab_id and a.student == key), None)
 
     def lab(self, key: str) -> Lab:
         """Find a lab by id (``lab05``, ``5``, ``05``) or folder name."""
@@ -175,6 +240,10 @@ def _message(error) -> str:
     if error.validator == "required" and path == ["course"] and \
             "grade_every_minutes" in error.message:
         return "grade_on: throttled needs grade_every_minutes (e.g. 30)"
+    if error.validator == "oneOf" and path[:1] == ["extensions"]:
+        both = isinstance(error.instance, dict) and "due" in error.instance
+        return ("give either due (a new date) or days (extra days), not "
+                + ("both" if both else "neither"))
     if error.validator == "not" and path[-1:] == ["late_policy"]:
         return (f"kind {error.instance.get('kind')!r} takes "
                 + ("no free_days or penalty_per_day" if error.instance.get("kind") == "none"
@@ -226,7 +295,12 @@ def parse_due(text, timezone: str = "") -> datetime:
         raise ValueError(f"{text!r} has no time of day; {example}")
     try:
         when = datetime.fromisoformat(text)
-    except ValueError:
+    except ValueError as exc:
+        # The schema's pattern admits 2026-11-31 and 24:00: say which part does not exist.
+        why = str(exc)
+        if "out of range" in why or "must be in" in why:
+            raise ValueError(f"{text!r} is not a moment that exists ({why}); {example}") \
+                from None
         raise ValueError(f"{text!r} is not an ISO 8601 date and time; {example}") from None
     if when.tzinfo is None:
         if not timezone:
@@ -278,6 +352,144 @@ def _plain_dates(data) -> None:
                 entry["due"] = entry["due"].isoformat()
 
 
+class _TextDates(yaml.SafeLoader):
+    """YAML without timestamps: an unquoted date stays the text written, so that an impossible
+    one (``2026-11-31``) reaches the checks that name its file and key instead of failing inside
+    the YAML reader."""
+
+
+_TextDates.yaml_implicit_resolvers = {
+    first: [(tag, regex) for tag, regex in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
+def _read_yaml(path: Path):
+    try:
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=_TextDates)  # noqa: S506
+    except FileNotFoundError:
+        raise ManifestError(f"{path} does not exist") from None
+    except OSError as exc:
+        raise ManifestError(f"{path} cannot be read: {exc.strerror or exc}") from None
+    except (yaml.YAMLError, ValueError) as exc:
+        raise ManifestError(f"{path} is not valid YAML: {exc}") from None
+
+
+def _side_file(path: Path, data: dict, key: str) -> tuple[Path | None, list]:
+    """The entries of the file ``key`` names (relative to classroom.yml): YAML (a list, or a
+    mapping with the list under ``key``'s stem) or CSV (a header row)."""
+    name = data.get(key)
+    if not name:
+        return None, []
+    side = (path.parent / name).resolve()
+    if side.suffix.lower() == ".csv":
+        import csv
+
+        try:
+            with open(side, newline="", encoding="utf-8-sig") as fh:
+                rows = [{k.strip().lower(): (v or "").strip() for k, v in row.items() if k}
+                        for row in csv.DictReader(fh)]
+        except FileNotFoundError:
+            raise ManifestError(f"{path}: {key}: {side} does not exist") from None
+        except (OSError, csv.Error) as exc:
+            raise ManifestError(f"{path}: {key}: {side} cannot be read ({exc})") from None
+        return side, [{k: v for k, v in row.items() if v != ""} for row in rows]
+    loaded = _read_yaml(side) if side.is_file() else None
+    if loaded is None and not side.is_file():
+        raise ManifestError(f"{path}: {key}: {side} does not exist")
+    entries = loaded.get(key.removesuffix("_file"), []) if isinstance(loaded, dict) else loaded
+    if not isinstance(entries, list):
+        raise ManifestError(f"{side}: needs a list of entries (each a mapping)")
+    return side, entries
+
+
+def _extensions(path: Path, data: dict, labs: dict[str, Lab],
+                timezone: str) -> list[Extension]:
+    """The ``extensions`` of classroom.yml and of the file ``extensions_file`` names, checked:
+    a known lab with a due date, a due date or a number of days (not both), once per student
+    and lab."""
+    side, from_file = _side_file(path, data, "extensions_file")
+    entries = [(f"{path.name}: extensions[{i}]", e) for i, e in enumerate(data.get("extensions")
+                                                                         or [])]
+    entries += [(f"{side.name}: entry {i + 1}", e) for i, e in enumerate(from_file)]
+    out, seen = [], {}
+    for where, entry in entries:
+        if not isinstance(entry, dict):
+            raise ManifestError(f"{path}: {where}: not a mapping (student, lab, due or days)")
+        unknown = set(entry) - {"student", "lab", "due", "days", "reason"}
+        if unknown:
+            raise ManifestError(f"{path}: {where}: unknown key(s) {', '.join(sorted(unknown))} "
+                                f"(known: student, lab, due, days, reason)")
+        student = str(entry.get("student", "")).strip()
+        lab_key = str(entry.get("lab", "")).strip()
+        if not student or not lab_key:
+            raise ManifestError(f"{path}: {where}: needs a student (GitHub login) and a lab")
+        lab_id = f"lab{int(lab_key):02d}" if lab_key.isdigit() else lab_key
+        lab = labs.get(lab_id)
+        if lab is None:
+            raise ManifestError(f"{path}: {where}.lab: no lab {lab_key!r} (known: "
+                                f"{', '.join(labs)})")
+        if lab.due is None:
+            raise ManifestError(f"{path}: {where}: {lab_id} has no due date (labs[].due) to "
+                                f"extend")
+        if ("due" in entry) == ("days" in entry):
+            raise ManifestError(f"{path}: {where}: give either due (a new date) or days "
+                                f"(extra days), not {'both' if 'due' in entry else 'neither'}")
+        days = 0
+        if "due" in entry:
+            try:
+                due = parse_due(entry["due"], timezone)
+            except ValueError as exc:
+                raise ManifestError(f"{path}: {where}.due: {exc}") from None
+        else:
+            try:
+                days = int(str(entry["days"]).strip())
+            except ValueError:
+                days = 0
+            if days < 1 or days > 365:
+                raise ManifestError(f"{path}: {where}.days: {entry['days']!r} is not a whole "
+                                    f"number of days between 1 and 365")
+            due = lab.due + timedelta(days=days)
+        key = (student_key(student), lab_id)
+        if key in seen:
+            raise ManifestError(f"{path}: {where}: {student} already has an extension of "
+                                f"{lab_id} ({seen[key]}): keep one")
+        seen[key] = where
+        out.append(Extension(key[0], lab_id, due, due + timedelta(days=lab.late_days), days,
+                             str(entry.get("reason", "")).strip(), where))
+    return out
+
+
+def _adjustments(path: Path, data: dict, labs: dict[str, Lab]) -> list[Adjustment]:
+    """The manual adjustments of the file ``adjustments_file`` names (student, lab, points,
+    reason): one per student and lab, each with a reason."""
+    side, entries = _side_file(path, data, "adjustments_file")
+    out, seen = [], set()
+    for i, entry in enumerate(entries):
+        where = f"{side.name}: entry {i + 1}"
+        if not isinstance(entry, dict):
+            raise ManifestError(f"{path}: {where}: not a mapping (student, lab, points, reason)")
+        student = str(entry.get("student", "")).strip()
+        lab_key = str(entry.get("lab", "")).strip()
+        lab_id = f"lab{int(lab_key):02d}" if lab_key.isdigit() else lab_key
+        if not student or lab_id not in labs:
+            raise ManifestError(f"{path}: {where}: needs a student and a known lab (got "
+                                f"{student!r}, {lab_key!r})")
+        try:
+            points = float(str(entry.get("points", "")).strip())
+        except ValueError:
+            raise ManifestError(f"{path}: {where}.points: {entry.get('points')!r} is not a "
+                                f"number of points (e.g. 2 or -1.5)") from None
+        reason = str(entry.get("reason", "")).strip()
+        if not reason:
+            raise ManifestError(f"{path}: {where}.reason: say why (the gradebook shows it)")
+        key = (student_key(student), lab_id)
+        if key in seen:
+            raise ManifestError(f"{path}: {where}: a second adjustment of {student}'s {lab_id}")
+        seen.add(key)
+        out.append(Adjustment(key[0], lab_id, points, reason, where))
+    return out
+
+
 def load_manifest(path: Path | str) -> Manifest:
     """Load and validate ``classroom.yml``; a ManifestError names the offending key."""
     try:
@@ -286,12 +498,7 @@ def load_manifest(path: Path | str) -> Manifest:
         jsonschema = None
 
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ManifestError(f"{path} does not exist") from None
-    except yaml.YAMLError as exc:
-        raise ManifestError(f"{path} is not valid YAML: {exc}") from None
+    data = _read_yaml(path)
     _plain_dates(data)
     if jsonschema is None:
         problem = _shape_problem(data)
@@ -325,10 +532,12 @@ def load_manifest(path: Path | str) -> Manifest:
                         due=due.get(entry["id"]), late_days=int(entry.get("late_days", 0))))
     grading = GradeTrigger(on=course.get("grade_on", "push"),
                            every_minutes=int(course.get("grade_every_minutes", 0)))
+    by_id = {lab.id: lab for lab in labs}
     return Manifest(path=path.resolve(), name=course["name"], title=course["title"],
                     python=course.get("python", "3.11"), pins=dict(course.get("pins", {})),
                     labs=labs, raw=data, late_policy=late_policy, timezone=timezone,
-                    grading=grading)
+                    grading=grading, extensions=_extensions(path, data, by_id, timezone),
+                    adjustments=_adjustments(path, data, by_id))
 
 
 def find_manifest(start: Path | None = None) -> Path:

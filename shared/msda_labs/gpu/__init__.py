@@ -1,14 +1,13 @@
 """GPU stages: where a lab's ``stage("gpu")`` tests run, and what runs there.
 
-    from msda_labs.gpu import GpuUnavailable, run_gpu_stage
+    from msda_labs.gpu import GpuUnavailable, pick_runner
 
-    lab = Path("lab-06-make-it-fast")
-    result = run_gpu_stage("lab06", lab, lab / "lab06.py")
+    result = pick_runner("lab06").run(job)      # job: a GradingJob of the gpu stage
 
 This package only hands names on; the sub-modules, one job each:
 
     where      standard library only: which runner (the noxfile asks it before installing)
-    runner     run_gpu_stage: local CUDA, else Modal, else GpuUnavailable with the how-to
+    runner     the stage runners (local CUDA, Modal) and pick_runner, else GpuUnavailable
     body       what runs on the GPU machine: settings, artifacts, grading one stage there
     modal_app  the Modal app: image with pinned torch/triton, the lab and this package as sources
     prove      the harness that proves every GPU stage on real hardware (chip, slow, wrong)
@@ -29,7 +28,7 @@ from msda_labs.gpu.body import (
     grade_here,
     settings_for,
 )
-from msda_labs.gpu.runner import run_gpu_stage
+from msda_labs.gpu.runner import pick_runner, run_gpu_stage
 from msda_labs.gpu.where import GpuUnavailable, how_to_enable, modal_credentials, route
 
 __all__ = [
@@ -43,6 +42,7 @@ __all__ = [
     "grade_here",
     "how_to_enable",
     "modal_credentials",
+    "pick_runner",
     "route",
     "run_gpu_stage",
     "settings_for",

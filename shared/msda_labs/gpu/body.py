@@ -21,20 +21,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from msda_labs.course.manifest import DEFAULT_GPU, DEFAULT_JOB_TIMEOUT, DEFAULT_TIMEOUT
 from msda_labs.errors import KitError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from msda_labs.grading.results import GradeResult
+    from msda_labs.grading.judge.job import GradingJob
+    from msda_labs.grading.judge.results import GradeResult
 
 __all__ = ["ARTIFACT_ENV", "ARTIFACT_SUFFIXES", "GpuSettings", "settings_for", "artifact_dir",
-           "ensure_importable", "grade_here", "collect_artifacts", "grade_submission_text"]
+           "ensure_importable", "device_note", "LocalRunner", "grade_here", "collect_artifacts",
+           "grade_submission_text"]
 
 ARTIFACT_ENV = "MSDA_ARTIFACT_DIR"
 ARTIFACT_SUFFIXES = (".png", ".svg", ".pdf", ".csv", ".json", ".txt", ".md")
 _ARTIFACT_LIMIT = 16 << 20  # bytes a Modal run sends back (plots and tables, not data)
-FALLBACK_GPU = "H100"
-FALLBACK_TIMEOUT_S = 300
-FALLBACK_JOB_TIMEOUT_S = 1800
+# Where no manifest says: the course's stage defaults (msda_labs.course.manifest).
+FALLBACK_GPU = DEFAULT_GPU
+FALLBACK_TIMEOUT_S = DEFAULT_TIMEOUT["gpu"]
+FALLBACK_JOB_TIMEOUT_S = DEFAULT_JOB_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -92,7 +96,8 @@ def ensure_importable() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
 
 
-def _device_note() -> str | None:
+def device_note() -> str | None:
+    """Which GPU, torch and triton graded, when torch sees a CUDA device."""
     try:
         import torch
     except ImportError:  # pragma: no cover
@@ -110,10 +115,27 @@ def _device_note() -> str | None:
             f"torch {torch.__version__}, triton {triton_version}")
 
 
+class LocalRunner:
+    """This machine: the job graded in this process (GPU tests skip where torch sees no CUDA)."""
+
+    name = "local"
+
+    def run(self, job: GradingJob) -> GradeResult:
+        from msda_labs.grading.judge.stage_run import run_stage
+
+        ensure_importable()
+        result = run_stage(job)
+        note = device_note()
+        if note and job.stage in ("gpu", "all"):
+            result.notes.append(note)
+        return result
+
+
 def grade_here(lab_dir: Path | str, submission: Path | str, *, stage: str = "gpu",
                timeout: float | None = None, tasks: Iterable[str] = (),
                seed: int | str | None = None) -> GradeResult:
-    """Grade ``stage`` of the lab in ``lab_dir`` in this process, whatever devices there are.
+    """Grade ``stage`` of the lab in ``lab_dir`` in this process, whatever devices there are:
+    the job built here, graded by the local runner, finished with the integrity check.
 
     Without CUDA the GPU tests are skipped for that reason and dropped from the score, with a
     note; the result then holds only the other stages' tests (none for ``stage="gpu"``).
@@ -122,19 +144,18 @@ def grade_here(lab_dir: Path | str, submission: Path | str, *, stage: str = "gpu
         KitError: the submission is missing, or the stage could not be graded.
     """
     from msda_labs.course.resolve import resolve_lab
-    from msda_labs.grading.integrity import check_folder
-    from msda_labs.grading.stage_run import run_stage
+    from msda_labs.grading.isolation.secret import read_secret
+    from msda_labs.grading.judge.integrity import check_folder
+    from msda_labs.grading.judge.job import GradingJob
 
-    ensure_importable()
     lab = resolve_lab(str(lab_dir))
     submission = Path(submission)
     if not submission.is_file():
         raise KitError(f"--submission {submission}: no such file")
-    result = run_stage(lab, submission, stage=stage, tasks=tasks, timeout=timeout, seed=seed)
+    job = GradingJob.build(lab, submission, stage=stage, tasks=tasks, timeout=timeout,
+                           secret=read_secret(seed))
+    result = LocalRunner().run(job)
     result.integrity = check_folder(lab.folder)
-    note = _device_note()
-    if note and stage in ("gpu", "all"):
-        result.notes.append(note)
     return result
 
 

@@ -4,7 +4,7 @@
     from msda_labs.gpu.modal_app import build
 
     built = build(settings_for("lab06", lab_dir), lab_dir)
-    data = built.run_remote(submission)          # on Modal, billed to the caller's account
+    data = built.run_job(job)                    # on Modal, billed to the caller's account
     data = built.grade.local(str(lab_dir), ...)  # the same body, run in this process
 
 What the container holds (:func:`image_for`):
@@ -127,15 +127,12 @@ class BuiltApp:
     def timeout_s(self) -> int:
         return self.settings.job_timeout_s
 
-    def run_remote(self, submission: Path, *, timeout: float | None = None, tasks=(),
-                   seed: int | str | None = None, stage: str = "gpu") -> dict:
-        """Grade ``submission`` on Modal; the submission's text travels as an argument."""
-        submission = Path(submission)
-        text = submission.read_text()
+    def run_job(self, job) -> dict:
+        """Grade ``job`` (a :class:`~msda_labs.grading.judge.job.GradingJob`) on Modal: its
+        submission's text, stage, tasks, limit and secret travel as the function's arguments."""
         try:
             with modal.enable_output(), self.app.run():
-                return self.grade.remote(self.remote_lab_dir, submission.name, text, stage,
-                                         timeout or self.settings.timeout_s, list(tasks), seed)
+                return self.grade.remote(*self._arguments(job, self.remote_lab_dir))
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # noqa: BLE001 - every Modal failure becomes one clear message
@@ -145,12 +142,14 @@ class BuiltApp:
                 f"`modal token info`, your plan's GPU access and credit on modal.com, or run on "
                 f"a machine with a CUDA GPU instead") from None
 
-    def run_local(self, submission: Path, *, timeout: float | None = None, tasks=(),
-                  seed: int | str | None = None, stage: str = "gpu") -> dict:
+    def run_job_local(self, job) -> dict:
         """The function's body, run in this process on the local lab folder (``.local()``)."""
-        submission = Path(submission)
-        return self.grade.local(str(self.lab_dir), submission.name, submission.read_text(),
-                                stage, timeout or self.settings.timeout_s, list(tasks), seed)
+        return self.grade.local(*self._arguments(job, str(self.lab_dir)))
+
+    def _arguments(self, job, lab_dir: str) -> tuple:
+        text = job.source.decode("utf-8", "surrogateescape")
+        return (lab_dir, job.submission.name, text, job.stage,
+                job.timeout or self.settings.timeout_s, list(job.tasks), job.secret)
 
 
 def build(settings: GpuSettings, lab_dir: Path | str) -> BuiltApp:
@@ -189,7 +188,7 @@ def grade_in_container(lab_dir: str, submission_name: str, submission_text: str,
                              f"CUDA, e.g. https://download.pytorch.org/whl/cu128"}
     if not modal.is_local() and os.geteuid() == 0:
         # A Modal container runs as root: the student's code runs as a uid of its own, or not at
-        # all (msda_labs.grading.sandbox).
+        # all (msda_labs.grading.isolation.sandbox).
         os.environ.setdefault("MSDA_SEPARATE", "1")
     return grade_submission_text(lab_dir, submission_name, submission_text, stage, timeout,
                                  tuple(tasks or ()), seed)

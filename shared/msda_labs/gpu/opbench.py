@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from msda_labs.gpu.opbench_report import PROFILED_CALLS, STEP_ROUNDS, write_outputs
+from msda_labs.grading.speed.timing import copy_bandwidth_gbs
 
 LEVELS = ((100, 167), (50, 84), (25, 42), (13, 21))
 PRESETS = {
@@ -116,17 +117,6 @@ def compulsory_bytes(preset: str, itemsize: int, backward: bool) -> int:
         return (value + loc + attn + out) * itemsize
     grad_value = B * S * M * D  # written whole (zeroed, then scattered into)
     return (value + grad_value + 2 * loc + 2 * attn + out) * itemsize
-
-
-def copy_bandwidth_gbs() -> float:
-    """Device-to-device copy of 1 GiB, (read + written bytes) / median time, in GB/s."""
-    import torch
-    from triton.testing import do_bench
-
-    src = torch.empty(1 << 28, dtype=torch.float32, device="cuda").normal_()
-    dst = torch.empty_like(src)
-    ms = do_bench(lambda: dst.copy_(src), warmup=50, rep=300, return_mode="median")
-    return 2 * src.numel() * 4 / (ms * 1e-3) / 1e9
 
 
 def kernel_time_us(fn, calls: int = PROFILED_CALLS) -> float:

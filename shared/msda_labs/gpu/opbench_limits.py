@@ -31,7 +31,8 @@ from pathlib import Path
 import triton
 import triton.language as tl
 
-from msda_labs.gpu.opbench import NO_GPU_STATUS, copy_bandwidth_gbs
+from msda_labs.gpu.opbench import NO_GPU_STATUS
+from msda_labs.grading.speed.timing import copy_bandwidth_gbs
 
 ROWS, CHANNELS = 64, 32
 

@@ -2,15 +2,17 @@
 
     PYTHONPATH=shared python3 -m msda_labs.gpu.prove --out DIR [--labs lab05 lab06]
                                                     [--variants chip slow wrong] [--compact]
+                                                    [--speed-only] [--repeat K]
 
 For every built lab whose classroom.yml entry has a ``gpu`` stage, three submissions are made
 from the lab's chip by text edits (a block appended to the chip's source, nothing else; the
 blocks are the whole-submission mutants of ``msda_labs.mistakes.submissions``):
 
     chip   the chip as it is: every GPU test must pass (full marks);
-    slow   after each public call, the device sleeps ten times that call's own time (at least
-           2 ms, at most 50 ms): same results, much slower; it must lose points, and a speed
-           test should be what catches it;
+    slow   in labs 05, 06, 08 and 10, the chip's own public calls on up to 256 pieces of the
+           queries, one after another (``mistakes.submissions.serialized``); elsewhere, after
+           each public call the device sleeps ten times that call's own time (2 to 50 ms): same
+           results, much slower; it must lose points to a test that says "too slow";
     wrong  each public call's floating-point outputs are off by one element (the first, by
            1 + |x|/2): it must lose points on correctness.
 
@@ -44,19 +46,31 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from msda_labs.gpu.body import ARTIFACT_ENV, ARTIFACT_SUFFIXES, ensure_importable
-from msda_labs.mistakes.submissions import SUBMISSIONS, planted
+from msda_labs.mistakes.submissions import SERIAL_ENTRIES, SUBMISSIONS, planted, serialized
 
 __all__ = ["VARIANTS", "make_variant", "Run", "main"]
 
 VARIANTS = ("chip", *SUBMISSIONS)  # ("chip", "slow", "wrong")
 
 
-def make_variant(chip_source: str, variant: str) -> str:
-    """The chip's source as the ``variant`` submission (``chip``, ``slow`` or ``wrong``)."""
+# The tests --speed-only grades: every GPU lab's speed tests (pytest -k; whole test names,
+# since -k also matches the names of the folders above a test).
+SPEED_TESTS = ("test_forward_speed_against_the_reference or test_gpu_race_wide_beats_narrow or "
+               "test_gpu_speed_against_chip or test_gpu_autotuned_vs_fixed_and_chip or "
+               "test_backward_speed_against_the_reference or test_gpu_speed_against_the_reference")
+
+
+def make_variant(chip_source: str, variant: str, lab: str | None = None) -> str:
+    """The chip's source as the ``variant`` submission (``chip``, ``slow`` or ``wrong``). The
+    slow copy of a GPU lab (:data:`SERIAL_ENTRIES`) runs the chip's own kernels on pieces of
+    the queries one after another (:func:`msda_labs.mistakes.submissions.serialized`), slow in
+    a way no rule can see; elsewhere it sleeps after each call."""
     if variant == "chip":
         return chip_source
     if variant not in SUBMISSIONS:
         raise ValueError(f"unknown variant {variant!r}; expected one of {', '.join(VARIANTS)}")
+    if variant == "slow" and lab in SERIAL_ENTRIES:
+        return serialized(chip_source, lab)
     return planted(chip_source, variant)
 
 
@@ -69,6 +83,8 @@ class Run:
     score: int | None = None
     max_score: int | None = None
     failed: list[dict] = field(default_factory=list)  # {name, status, message}
+    speed: list[dict] = field(default_factory=list)  # the grade's speed trials (verdicts)
+    tests: list[dict] = field(default_factory=list)  # {name, status, seconds}
     notes: list[str] = field(default_factory=list)
     artifacts: list[str] = field(default_factory=list)
     ok: bool = False
@@ -117,6 +133,11 @@ def _judge(run: Run, data: dict | None) -> None:
         return
     run.score, run.max_score = data["score"], data["max_score"]
     run.notes = list(data.get("notes", []))
+    run.speed = [{k: t.get(k) for k in ("key", "status", "why", "times_us", "verdicts",
+                                        "attempts")} for t in data.get("speed", []) or []]
+    run.tests = [{"name": t["name"], "status": t["status"],
+                  "seconds": round(float(t.get("duration") or 0.0), 1)}
+                 for ex in data["exercises"] for t in ex["tests"]]
     run.failed = [{"task": ex["id"], "name": t["name"], "status": t["status"],
                    "message": t["message"]}
                   for ex in data["exercises"] for t in ex["tests"] if t["status"] != "passed"]
@@ -135,14 +156,18 @@ def _judge(run: Run, data: dict | None) -> None:
     first = run.failed[0]
     run.verdict = f"{first['name']} ({first['status']}): {first['message'][:300]}"
     if run.variant == "slow":
-        speed = [f["name"] for f in run.failed if "slow" in f["message"].lower()
-                 or "speed" in f["message"].lower()]
+        # Caught by a clock: a test failed because the time was too slow, not by a rule.
+        speed = [f["name"] for f in run.failed if "too slow" in f["message"].lower()]
+        others = [f["name"] for f in run.failed if f["name"] not in speed]
+        run.ok = bool(speed)
         run.verdict = (f"caught by speed test(s) {', '.join(speed)}; " if speed else
-                       "lost points, but no speed test failed; ") + run.verdict
+                       "lost points, but no speed test failed on its clock; ") + \
+            (f"also failed: {', '.join(others)}; " if others else "") + run.verdict
 
 
 def _grade(lab, lab_dir: Path, submission: Path, run: Run, out: Path, stage: str,
-           timeout: float | None, job_timeout: float) -> None:
+           timeout: float | None, job_timeout: float, select: str = "",
+           repeat: int = 1) -> None:
     report = out / f"{run.lab}-{run.variant}.json"
     artifacts = out / f"{run.lab}-{run.variant}"
     artifacts.mkdir(parents=True, exist_ok=True)
@@ -154,6 +179,10 @@ def _grade(lab, lab_dir: Path, submission: Path, run: Run, out: Path, stage: str
            str(submission), "--stage", stage, "--json", str(report)]
     if timeout:
         cmd += ["--timeout", str(timeout)]
+    if select:
+        cmd += ["--select", select]
+    if repeat > 1:
+        cmd += ["--speed-repeat", str(repeat)]
     before = _snapshot(lab_dir)
     start = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=artifacts, env=env, stdout=subprocess.PIPE,
@@ -199,6 +228,7 @@ def _summary(runs: list[Run], env: dict, stage: str) -> str:
     if speed:
         lines += ["", "## Speed (student's operator vs the chip, same run)", ""]
         lines += [f"- {run.lab} {run.variant}: {note}" for run, note in speed]
+    lines += _verdict_table(runs)
     failures = [(run, f) for run in runs if run.variant != "chip" for f in run.failed]
     if failures:
         lines += ["", "## Failure messages of the slow and wrong submissions", ""]
@@ -211,6 +241,34 @@ def _summary(runs: list[Run], env: dict, stage: str) -> str:
     held = sum(run.ok for run in runs)
     lines += ["", f"{held}/{len(runs)} expectations hold."]
     return "\n".join(lines) + "\n"
+
+
+def _verdict_table(runs: list[Run]) -> list[str]:
+    """Every graded ratio of every speed trial, gathered per lab, submission and ratio: how
+    many trials, the ratios (each with its bootstrap interval), the threshold, how many
+    passed, and the smallest margin (1 at the ideal, 0 at the threshold)."""
+    rows: dict[tuple, list[dict]] = {}
+    for run in runs:
+        for trial in run.speed:
+            for verdict in trial.get("verdicts") or []:
+                key = (run.lab, run.variant, trial["key"], verdict["ratio"])
+                rows.setdefault(key, []).append({**verdict, "attempts": trial.get("attempts")})
+    if not rows:
+        return []
+    lines = ["", "## Speed verdicts (every trial; ratio [95% bootstrap interval])", "",
+             "| lab | submission | trial | ratio | trials | values | threshold | passed | "
+             "smallest margin | measurements |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for (lab, variant, trial, ratio), found in rows.items():
+        values = "; ".join(f"{v['value']:.2f} [{v['interval'][0]:.2f}, {v['interval'][1]:.2f}]"
+                           for v in found)
+        sign = ">=" if found[0]["at_least"] else "<="
+        passed = sum(bool(v["passes"]) for v in found)
+        margin = min(v["margin"] for v in found)
+        attempts = ", ".join(str(v.get("attempts")) for v in found)
+        lines.append(f"| {lab} | {variant} | {trial} | {ratio} | {len(found)} | {values} | "
+                     f"{sign} {found[0]['limit']:g} | {passed}/{len(found)} | {margin:.2f} | "
+                     f"{attempts} |")
+    return lines
 
 
 def _write_summaries(out: Path, runs: list[Run], env: dict, stage: str) -> str:
@@ -260,6 +318,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--job-timeout", type=float,
                         help="seconds one grading run may take (default: the stage's "
                              "job_timeout_s)")
+    parser.add_argument("--speed-only", action="store_true",
+                        help="grade only the speed tests of each stage (pytest -k "
+                             f"'{SPEED_TESTS}')")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run every speed trial this many times in one grading run "
+                             "(the fairness table); default 1")
     parser.add_argument("--compact", action="store_true",
                         help="leave only the summaries, the bundle and a few plots in --out")
     args = parser.parse_args(argv)
@@ -280,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         args.chips = Path(msda_labs.chips.__file__).parent
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
+    select = SPEED_TESTS if args.speed_only else ""
     env = _environment()
     (out / "env.json").write_text(json.dumps(env, indent=2) + "\n")
     print(f"[prove] {env.get('device', 'no CUDA device')}; torch {env.get('torch')}, "
@@ -304,8 +369,9 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             submission = out / "submissions" / f"{lab.id}-{variant}" / f"{lab.id}.py"
             submission.parent.mkdir(parents=True, exist_ok=True)
-            submission.write_text(make_variant(chip.read_text(), variant))
-            _grade(lab, lab_dir, submission, run, out, args.stage, args.timeout, job_timeout)
+            submission.write_text(make_variant(chip.read_text(), variant, lab.id))
+            _grade(lab, lab_dir, submission, run, out, args.stage, args.timeout, job_timeout,
+                   select, args.repeat)
             score = "-" if run.score is None else f"{run.score}/{run.max_score}"
             print(f"[prove] {lab.id} {variant:<5} {score:>7} {run.seconds:>7.1f} s  "
                   f"{'ok' if run.ok else 'NOT AS EXPECTED'}: {run.verdict[:160]}", flush=True)

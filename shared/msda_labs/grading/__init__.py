@@ -19,5 +19,5 @@ __all__ = ["expect_close", "expect_equal", "expect_tensor", "describe_value"]
 
 def __getattr__(name: str):
     if name in __all__:
-        return getattr(importlib.import_module("msda_labs.grading.compare"), name)
+        return getattr(importlib.import_module("msda_labs.grading.judge.compare"), name)
     raise AttributeError(f"module 'msda_labs.grading' has no attribute {name!r}")

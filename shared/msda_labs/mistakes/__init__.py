@@ -10,15 +10,15 @@ from __future__ import annotations
 import importlib
 
 _HOMES = {
-    "msda_labs.mistakes.forward": ("FORWARD", "FORWARD_MISTAKES", "MISTAKES", "PIXEL_MISTAKES",
-                                   "msda_variant", "msda_variants", "pixel_reads",
-                                   "pixel_variants"),
+    "msda_labs.mistakes.forward": ("FORWARD", "FORWARD_MISTAKES", "LAYOUT_MISTAKES", "MISTAKES",
+                                   "PIXEL_MISTAKES", "msda_variant", "msda_variants",
+                                   "pixel_reads", "pixel_variants"),
     "msda_labs.mistakes.gradients": ("GRAD", "GRAD_MISTAKES", "grad_variants",
                                      "lost_update_grad_value", "msda_backward_variant"),
 }
-__all__ = ["FORWARD", "FORWARD_MISTAKES", "GRAD", "GRAD_MISTAKES", "MISTAKES", "PIXEL_MISTAKES",
-           "grad_variants", "lost_update_grad_value", "msda_backward_variant", "msda_variant",
-           "msda_variants", "pixel_reads", "pixel_variants"]
+__all__ = ["FORWARD", "FORWARD_MISTAKES", "GRAD", "GRAD_MISTAKES", "LAYOUT_MISTAKES", "MISTAKES",
+           "PIXEL_MISTAKES", "grad_variants", "lost_update_grad_value", "msda_backward_variant",
+           "msda_variant", "msda_variants", "pixel_reads", "pixel_variants"]
 
 
 def __getattr__(name: str):

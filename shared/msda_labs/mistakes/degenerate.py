@@ -253,11 +253,11 @@ def _before_main(source: str, block: str) -> str:
     return source.rstrip("\n") + "\n" + block
 
 
-# Labs whose rules read the whole module (for reflection: getattr, globals, eval, inspect,
-# double underscores, msda_labs.grading.rules.indirect_uses; or for anything that could reach a
-# watch: writes on objects the module did not define, functools.wraps, rules.tamper_uses):
-# there the block above would cost every such test by itself, so the answer is written into the
-# target's own source as plain code instead, which the reading accepts as it accepts the chip.
+# Labs whose rules read the whole module (for reflection: getattr, globals, eval, inspect, double
+# underscores, msda_labs.grading.judge.rules.indirect_uses; or for anything that could reach a
+# watch: writes on objects the module did not define, functools.wraps, rules.tamper_uses): there the
+# block above would cost every such test by itself, so the answer is written into the target's own
+# source as plain code instead, which the reading accepts as it accepts the chip.
 PLAIN_LABS = frozenset({"lab00", "lab01", "lab02", "lab06", "lab07", "lab09", "lab10"})
 
 _PLAIN_MARK = "# ---- msda_labs degenerate answers: helpers (appended to the chip, not part of it)"

@@ -9,6 +9,7 @@ makes it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -16,8 +17,8 @@ import torch
 from msda_labs.mistakes.registry import Catalogue
 from msda_labs.truth.reference import SPEC, Sampling, bilinear_reads, msda_float64
 
-__all__ = ["FORWARD", "FORWARD_MISTAKES", "MISTAKES", "PIXEL_MISTAKES", "Planted",
-           "msda_variant", "msda_variants", "pixel_reads", "pixel_variants"]
+__all__ = ["FORWARD", "FORWARD_MISTAKES", "LAYOUT_MISTAKES", "MISTAKES", "PIXEL_MISTAKES",
+           "Planted", "msda_variant", "msda_variants", "pixel_reads", "pixel_variants"]
 
 FORWARD = Catalogue("forward")
 
@@ -31,6 +32,8 @@ class Planted:
         sampling: the bilinear steps (the spec unless a mistake replaced one).
         spatial_shapes, level_start_index, attention_weights: the MSDA inputs (None for a
             single-image pixel read; ``level_start_index`` None means "from the shapes").
+        finish: what becomes of the right (B, Q, M * D) output on its way out (None: nothing;
+            a mistake in where the values are written, not in how they are computed).
     """
 
     locations: torch.Tensor
@@ -38,6 +41,7 @@ class Planted:
     spatial_shapes: torch.Tensor | None = None
     level_start_index: torch.Tensor | None = None
     attention_weights: torch.Tensor | None = None
+    finish: Callable[[torch.Tensor], torch.Tensor] | None = None
 
 
 def _clamp_to_border(col, row, height, width):
@@ -72,6 +76,26 @@ def swap_hw(planted: Planted) -> Planted:
     return replace(planted, spatial_shapes=planted.spatial_shapes.flip(-1))
 
 
+@FORWARD.register("scale_swapped", "x scaled by H and y by W: x_pix = x * W - 0.5 and y_pix = "
+                                   "y * H - 0.5, x runs along the width")
+def scale_swapped(planted: Planted) -> Planted:
+    height, width = planted.spatial_shapes.to(planted.locations.dtype).unbind(-1)  # [L] each
+    factor = torch.stack((height / width, width / height), dim=-1)  # [L, 2]
+    return replace(planted, locations=planted.locations * factor[:, None, :])
+
+
+def _crossed_weights(fx, fy):
+    top_left, top_right, bottom_left, bottom_right = SPEC.weights(fx, fy)
+    return top_left, bottom_left, top_right, bottom_right
+
+
+@FORWARD.register("weights_crossed", "the weights of two corners exchanged: corner (x0 + 1, y0) "
+                                     "weighs fx * (1 - fy) and corner (x0, y0 + 1) weighs "
+                                     "(1 - fx) * fy, the weight of x's neighbour grows with fx")
+def weights_crossed(planted: Planted) -> Planted:
+    return replace(planted, sampling=replace(planted.sampling, weights=_crossed_weights))
+
+
 @FORWARD.register("clamp", "clamping to the border instead of zero padding: a corner outside the "
                            "image adds 0")
 def clamp(planted: Planted) -> Planted:
@@ -96,11 +120,26 @@ def unweighted(planted: Planted) -> Planted:
     return replace(planted, attention_weights=torch.ones_like(planted.attention_weights))
 
 
+@FORWARD.register("heads_interleaved", "heads interleaved in the output channels: head m's "
+                                       "channel d belongs at m * D + d (each head's D channels "
+                                       "side by side), not at d * M + m")
+def heads_interleaved(planted: Planted) -> Planted:
+    B, Q, M = planted.attention_weights.shape[:3]
+
+    def interleave(out: torch.Tensor) -> torch.Tensor:
+        return out.view(B, Q, M, -1).transpose(2, 3).reshape(B, Q, -1)
+
+    return replace(planted, finish=interleave)
+
+
 # A known mistake -> 'what: why'. Tests pick the ones that apply to what they check.
 MISTAKES: dict[str, str] = FORWARD.explanations()
-FORWARD_MISTAKES = ("truncate", "no_half_pixel", "swap_xy", "swap_hw", "clamp", "flat_bounds",
-                    "level_zero_start")
-PIXEL_MISTAKES = ("truncate", "swap_xy", "clamp", "flat_bounds")
+FORWARD_MISTAKES = ("truncate", "no_half_pixel", "swap_xy", "swap_hw", "scale_swapped", "clamp",
+                    "flat_bounds", "level_zero_start")
+PIXEL_MISTAKES = ("truncate", "swap_xy", "clamp", "flat_bounds", "weights_crossed")
+# Where the output's values are written: for a test of a function that lays out the output
+# itself (lab 01's msda_naive_student).
+LAYOUT_MISTAKES = ("heads_interleaved",)
 
 
 def msda_variant(value, spatial_shapes, sampling_locations, attention_weights, mistake=None):
@@ -114,8 +153,9 @@ def msda_variant(value, spatial_shapes, sampling_locations, attention_weights, m
                       attention_weights=attention_weights)
     if mistake is not None:
         planted = FORWARD[mistake].plant(planted)
-    return msda_float64(value, planted.spatial_shapes, planted.locations,
-                        planted.attention_weights, planted.level_start_index, planted.sampling)
+    out = msda_float64(value, planted.spatial_shapes, planted.locations,
+                       planted.attention_weights, planted.level_start_index, planted.sampling)
+    return out if planted.finish is None else planted.finish(out)
 
 
 def msda_variants(inputs, mistakes=FORWARD_MISTAKES) -> dict[str, tuple[torch.Tensor, str]]:

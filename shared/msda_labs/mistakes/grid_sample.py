@@ -43,6 +43,14 @@ def grid_align_corners(p, size):
     return (p + 0.5) * (size - 1) / size
 
 
+@GRID.register("rows_first", "a grid built (row, col), y first: grid_sample reads the grid's "
+                             "last axis as (x, y), x along the width, so stack (gx, gy)")
+def grid_rows_first(p, size):
+    # The normalized y lands where grid_sample reads x (scaled by W), the normalized x where it
+    # reads y (scaled by H).
+    return (p.flip(-1) + 0.5) * size / size.flip(0) - 0.5
+
+
 @GRID.register("nearest", "mode='nearest': a bilinear read blends the four surrounding pixels")
 def grid_nearest(p, size):
     return p.round()

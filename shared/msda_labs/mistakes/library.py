@@ -121,9 +121,9 @@ class Degenerate:
 
     def apply(self, source: str) -> str:
         """``source`` (the lab's chip) with this answer planted in ``function``."""
-        from msda_labs.mistakes.degenerate import planted
-
         import re
+
+        from msda_labs.mistakes.degenerate import planted
 
         owner = self.function.split(".")[0]
         if not re.search(rf"^(def|class) {owner}\b", source, flags=re.M) or \

@@ -13,7 +13,7 @@ import numpy as np
 from msda_labs.mistakes.registry import Catalogue
 from msda_labs.student import memsim
 from msda_labs.student.memsim import SECTOR_BYTES, AccessPattern
-from msda_labs.truth.memory import forward_bytes
+from msda_labs.truth.traffic import forward_bytes
 
 __all__ = ["BYTES", "EFFICIENCY", "SECTORS"]
 
@@ -54,6 +54,14 @@ def element_addresses(p):
     return sum(len(np.unique(w // p.itemsize // SECTOR_BYTES)) for w in _warps(p))
 
 
+@SECTORS.register("span", "the span of each warp: every sector from its lowest address to its "
+                          "highest, the gaps between its lanes too; count only the sectors the "
+                          "addresses fall in")
+def span(p):
+    return sum(int(w.max() // SECTOR_BYTES - w.min() // SECTOR_BYTES) + 1
+               for w in _warps(p) if len(w))
+
+
 @SECTORS.register("cache_lines", "128-byte cache lines instead of 32-byte sectors")
 def cache_lines(p):
     return sum(len(np.unique(w // 128)) for w in _warps(p))
@@ -74,6 +82,12 @@ def upside_down(p, sectors):
                                           "SECTOR_BYTES")
 def sectors_not_bytes(p, sectors):
     return p.useful_bytes / sectors
+
+
+@EFFICIENCY.register("integer_division", "an integer division (//): it rounds every efficiency "
+                                         "below 1 down to 0; divide with /")
+def integer_division(p, sectors):
+    return float(p.useful_bytes // (sectors * SECTOR_BYTES))
 
 
 @BYTES.register("hard_coded", "the decoder preset's answer hard-coded: the count must follow the "

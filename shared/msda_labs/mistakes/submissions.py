@@ -18,7 +18,8 @@ import re
 
 from msda_labs.mistakes.registry import Catalogue
 
-__all__ = ["SUBMISSIONS", "appended", "bump_public_outputs", "planted", "slow_down_public_calls"]
+__all__ = ["SUBMISSIONS", "SERIAL_ENTRIES", "SERIAL_PIECES", "appended", "bump_public_outputs",
+           "planted", "serialized", "slow_down_public_calls"]
 
 SUBMISSIONS = Catalogue("whole-submission")
 
@@ -145,3 +146,74 @@ def appended(kind: str) -> str:
 def planted(chip_source: str, kind: str) -> str:
     """``chip_source`` made the ``kind`` submission: the chip with :func:`appended` at its end."""
     return chip_source.rstrip("\n") + "\n" + appended(kind)
+
+
+# -- the slow copy of a GPU lab: the same kernels, the work cut into pieces run one after another -
+SERIAL_PIECES = 256
+# The public entries of each GPU lab whose calls prove's slow copy serializes; their first five
+# arguments are MSDA's (value, spatial_shapes, level_start_index, sampling_locations,
+# attention_weights).
+SERIAL_ENTRIES = {"lab05": ("msda_forward",),
+                  "lab06": ("msda_forward_chunked", "msda_forward_autotuned"),
+                  "lab08": ("msda_backward",), "lab10": ("msda",)}
+
+
+def _serial_call(one, value, spatial_shapes, level_start_index, sampling_locations,
+                 attention_weights, *args, **kwargs):
+    """``one``'s result, computed in up to 256 pieces of consecutive queries launched one after
+    the other (a tile of a few queries that serializes the operator): the same kernels and the
+    same results, many times the launches. Every tensor argument with a query axis (the
+    locations, the weights, an upstream gradient) is cut along it; the pieces' outputs are
+    joined along the queries, and a gradient of value (value's shape) is their sum, in fp32 at
+    least."""
+    import torch
+
+    queries = sampling_locations.shape[1]
+    if queries < 2:
+        return one(value, spatial_shapes, level_start_index, sampling_locations,
+                   attention_weights, *args, **kwargs)
+    pieces = min(queries, 256)
+    bounds = [queries * i // pieces for i in range(pieces + 1)]
+
+    def cut(t, lo, hi):
+        if isinstance(t, torch.Tensor) and t.dim() >= 2 and t.shape[1] == queries:
+            return t[:, lo:hi].contiguous()
+        return t
+
+    outs = [one(value, spatial_shapes, level_start_index, cut(sampling_locations, lo, hi),
+                cut(attention_weights, lo, hi), *[cut(a, lo, hi) for a in args],
+                **{k: cut(v, lo, hi) for k, v in kwargs.items()})
+            for lo, hi in zip(bounds, bounds[1:])]
+    if isinstance(outs[0], torch.Tensor):
+        return torch.cat(outs, 1)
+    joined = []
+    for i, first in enumerate(outs[0]):
+        if first.shape == value.shape:  # a gradient of value: every piece adds its share
+            wide = torch.promote_types(first.dtype, torch.float32)
+            total = torch.zeros(value.shape, dtype=wide, device=value.device)
+            for out in outs:
+                total += out[i].float()
+            joined.append(total.to(first.dtype))
+        else:
+            joined.append(torch.cat([out[i] for out in outs], 1))
+    return type(outs[0])(joined)
+
+
+def serialized(chip_source: str, lab: str) -> str:
+    """``chip_source`` as the slow copy of ``lab`` (a key of :data:`SERIAL_ENTRIES`): each entry
+    rebound to a plain function that runs the chip's own in :func:`_serial_call`'s pieces. Plain
+    definitions at the end of the file, no wrapper of the module's globals: nothing a rule reads
+    changes, only the time."""
+    source = inspect.getsource(_serial_call)
+    source = source.replace("def _serial_call(", "def _prove_serial_call(")
+    blocks = [source]
+    for name in SERIAL_ENTRIES[lab]:
+        blocks.append(
+            f"_prove_one_{name} = {name}\n\n\n"
+            f"def {name}(value, spatial_shapes, level_start_index, sampling_locations,\n"
+            f"        attention_weights, *args, **kwargs):\n"
+            f"    return _prove_serial_call(_prove_one_{name}, value, spatial_shapes,\n"
+            f"                              level_start_index, sampling_locations,\n"
+            f"                              attention_weights, *args, **kwargs)\n")
+    body = "\n\n".join(blocks)
+    return chip_source.rstrip("\n") + f"\n\n\n{_MARK.format(kind='slow')}\n{body}"

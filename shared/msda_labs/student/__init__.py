@@ -9,3 +9,9 @@ its modules, nothing else of ``msda_labs``. Three of them only inside the lab mo
 ``if __name__ == "__main__":`` block, since they are for running a lab by hand: the self-check
 (``check``, with its examples in ``selfcheck``) and the student-facing spec (``spec``).
 """
+
+RUN_BY_HAND = ("msda_labs.student.check", "msda_labs.student.spec", "msda_labs.student.selfcheck")
+"""Student modules for running a lab by hand (``python labNN.py``): the self-check and the
+student-facing spec. A lab module may import them only inside ``if __name__ == "__main__":``; a
+graded function that hands its work to the spec must earn nothing, and a grading worker never
+holds them (the import rule of ``msda_labs.grading`` and the zygote's child guard)."""

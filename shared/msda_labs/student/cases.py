@@ -14,6 +14,7 @@ the grader (``msda_labs.truth.cases``); the tolerance table is here because it i
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, replace
 
@@ -22,7 +23,8 @@ import torch
 from msda_labs.student.examples import MSDAInputs, draw_inputs
 
 __all__ = ["Case", "MSDAInputs", "make_inputs", "case_salt", "seeded_generator",
-           "image_and_points", "FWD_TOL", "BWD_TOL", "tolerance", "SALT_ENV"]
+           "image_and_points", "FWD_TOL", "BWD_TOL", "tolerance", "SALT_ENV",
+           "salted"]
 
 SALT_ENV = "MSDA_CASE_SALT"
 _SEED_RANGE = 1 << 63
@@ -51,8 +53,27 @@ def tolerance(dtype: torch.dtype, backward: bool = False) -> tuple[float, float]
     return table[dtype]
 
 
+_SALT: list[int] = []  # the judge's salt while it grades (see salted); the child reads its env
+
+
+@contextlib.contextmanager
+def salted(salt: int):
+    """Draw every case with ``salt`` inside the block: how the judge grades one job. A child
+    process gets its salt from the grader as ``$MSDA_CASE_SALT`` instead."""
+    if not isinstance(salt, int) or salt < 0:
+        raise ValueError(f"a case salt is a non-negative integer, got {salt!r}")
+    _SALT.append(salt)
+    try:
+        yield salt
+    finally:
+        _SALT.pop()
+
+
 def case_salt() -> int:
-    """The salt of this grading run, ``$MSDA_CASE_SALT`` (0 when unset or empty)."""
+    """The salt of this grading run: the judge's (:func:`salted`), else ``$MSDA_CASE_SALT``
+    (0 when unset or empty)."""
+    if _SALT:
+        return _SALT[-1]
     raw = (os.environ.get(SALT_ENV) or "0").strip()
     try:
         salt = int(raw)

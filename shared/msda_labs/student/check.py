@@ -25,6 +25,7 @@ import os
 import pickle
 import re
 import sys
+import sysconfig
 import time
 import traceback
 from collections.abc import Callable
@@ -35,7 +36,7 @@ import torch
 
 from msda_labs.student.cases import tolerance
 from msda_labs.student.guards import format_index, is_sentinel, mismatch, scan_guarded
-from msda_labs.student.selfcheck import Case, Launch, Part, steps
+from msda_labs.student.selfcheck import Case, Launch, NotHere, Part, has_big, steps
 from msda_labs.student.tracebacks import describe
 
 __all__ = ["Case", "Part", "Launch", "Report", "check", "case", "run_lab"]
@@ -44,7 +45,8 @@ __all__ = ["Case", "Part", "Launch", "Report", "check", "case", "run_lab"]
 @dataclass
 class Report:
     """What one check found. ``status``: ok, wrong, todo (a NotImplementedError naming a task),
-    crash (another exception) or missing (the module has no such function)."""
+    crash (another exception), missing (the module has no such function) or skipped (the case
+    cannot run on this machine: the line says why)."""
 
     name: str
     status: str
@@ -80,14 +82,23 @@ def _describe(obj) -> str:
     return text if len(text) <= 160 else text[:150] + " ..."
 
 
+def _yours(filename: str) -> bool:
+    """Whether a frame's file is the student's: not the kit, not an installed package (Triton's
+    machinery), not Python's standard library (functools, where Triton's autotuner calls in)."""
+    return not ("site-packages" in filename or "msda_labs" in filename
+                or filename.startswith("<") or filename.startswith(_STDLIB))
+
+
+_STDLIB = tuple({sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]})
+
+
 def _where(exc: BaseException) -> str:
-    """The innermost frame outside the kit and Python's own modules, through the exceptions that
-    Triton's interpreter wraps (the line of a ``@triton.jit`` helper lives on those)."""
+    """The innermost frame of the student's own file, through the exceptions that Triton's
+    interpreter wraps (the line of a ``@triton.jit`` helper lives on those)."""
     frames = []
     for link in _chain(exc):
         frames = [f for f in traceback.extract_tb(link.__traceback__)
-                  if "site-packages" not in f.filename and "msda_labs" not in f.filename
-                  and not f.filename.startswith("<")] or frames
+                  if _yours(f.filename)] or frames
     return f" (at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno})" if frames else ""
 
 
@@ -224,6 +235,10 @@ def _compare(case: Case, result, expected, worst: list) -> list[str]:
             err = (y.detach().cpu().to(torch.float64) - s.detach().cpu().to(torch.float64)).abs()
             if err.numel() and bool(torch.isfinite(err).all()):
                 worst.append(float(err.max()))
+        if case.dtype is not None and isinstance(y, torch.Tensor) and y.is_floating_point() \
+                and y.dtype != case.dtype:
+            lines.append(f"WRONG: {name} is {str(y.dtype).replace('torch.', '')}, expected "
+                         f"{str(case.dtype).replace('torch.', '')} (the dtype of the input)")
         if isinstance(s, torch.Tensor):
             dtype = y.dtype if isinstance(y, torch.Tensor) and y.is_floating_point() \
                 else torch.float32
@@ -300,6 +315,12 @@ def case(lab: int, name: str, module=None) -> Case:
                    f"those it has: {', '.join(s.name for s in steps(lab))}")
 
 
+TWIN_RIGHT = ("the very same samples on a 32x32 level, every offset far inside the int32 range, "
+              "come out right: the size alone breaks it. Offsets computed in int32 (program ids "
+              "and tl.arange are int32) wrap past 2**31; make them int64 before they multiply "
+              "strides")
+TWIN_WRONG = ("the very same samples on a 32x32 level go wrong too, so the size is not what "
+              "breaks it: look at the small examples first")
 CRASH_HINT = ("in Triton's interpreter this is nearly always a load or store at a wild address: "
               "a lane without its mask, or an offset that overflowed")
 
@@ -344,7 +365,7 @@ def _stubs(path: str) -> list[tuple[str, str]]:
     """The ``raise NotImplementedError("Task X.Y: name")`` statements left in a lab module, as
     (task, name) in task order, then file order; empty when the file cannot be read."""
     try:
-        tree = ast.parse(Path(path).read_text())
+        tree = ast.parse(Path(path).read_bytes())  # decoded as Python decodes it (BOM, coding)
     except (OSError, SyntaxError, ValueError):
         return []
     found = {}
@@ -372,13 +393,16 @@ def _this_command(file: str) -> str:
     return f"{shown} {file}"
 
 
-def run_lab(lab: int, namespace, extra=()) -> list[Report]:
+def run_lab(lab: int, namespace, extra=(), big: bool | None = None) -> list[Report]:
     """Check every task's function of lab ``lab`` in ``namespace`` (a module's ``globals()``).
 
     Args:
         lab: the lab number.
         namespace: the lab module's globals (``globals()`` in its ``__main__`` block).
         extra: more :class:`~msda_labs.student.selfcheck.Step` s to run first (a lab's own).
+        big: also run the lab's cases of size and precision (a case past 2**31 value elements,
+            a half-precision case), where it has them; None: when the command line says
+            ``--big`` (``python labNN.py --big``).
 
     Returns:
         The reports, in order. On a module where every function is still a stub, prints one line:
@@ -386,15 +410,30 @@ def run_lab(lab: int, namespace, extra=()) -> list[Report]:
     """
     path = str(namespace.get("__file__", f"lab{lab:02d}.py"))
     file = path.rsplit("/", 1)[-1]
+    if big is None:
+        big = "--big" in sys.argv[1:]
     reports, todo = [], []
-    for step in (*extra, *steps(lab)):
+    for step in (*extra, *steps(lab, big=big)):
         fn = namespace.get(step.name)
         if fn is None:
-            print(f"{step.name}: not found in {file} (the grader calls it by this name)")
-            reports.append(Report(step.name, "missing", task=step.task))
+            print(f"{step.key}: not found in {file} (the grader calls it by this name)")
+            reports.append(Report(step.key, "missing", task=step.task))
             continue
-        report = _isolated(lambda fn=fn, step=step: check(fn, step.make(namespace),
-                                                          name=step.name, show=False), step.name)
+
+        def run(fn=fn, step=step) -> Report:
+            try:
+                case = step.make(namespace)
+            except NotHere as exc:
+                return Report(step.key, "skipped", [f"{step.key}: not run on this machine: {exc}"],
+                              task=step.task)
+            return check(fn, case, name=step.key, show=False)
+
+        report = _isolated(run, step.key)
+        if report.status in ("wrong", "crash") and step.twin is not None:
+            twin = _isolated(lambda fn=fn, step=step: check(fn, step.twin(namespace),
+                                                            name=step.twin_key, show=False),
+                             step.twin_key)
+            report.lines.append(f"  {TWIN_RIGHT if twin.status == 'ok' else TWIN_WRONG}")
         reports.append(report)
         if report.status == "todo":
             todo.append((report.task or step.task, step.name))
@@ -410,4 +449,11 @@ def run_lab(lab: int, namespace, extra=()) -> list[Report]:
         first = "Start with" if all(r.status == "todo" for r in reports) else "Next"
         print(f"{first} Task {task}: {name} in {file} still raises NotImplementedError; write "
               f"the TODO(Task {task}) part, then run `{_this_command(file)}` again{later}.")
+    elif big and not has_big(lab):
+        print(f"--big: lab {lab:02d} has no case of size or precision to add; every example "
+              f"above is all there is.")
+    elif not big and has_big(lab):
+        added = ", ".join(step.label for step in steps(lab, big=True) if step.label)
+        print(f"`{_this_command(file)} --big` also runs this lab's cases of size and precision "
+              f"({added}).")
     return reports

@@ -11,8 +11,9 @@ sits in the middle of a larger flat buffer:
 * a **sentinel** is the value an output is filled with before the launch: a NaN whose bit pattern
   no arithmetic produces. An element that still holds it afterwards was never written.
 
-The grader (``msda_labs.grading.guards``) and ``python labNN.py`` (``msda_labs.student.check``)
-build and read these buffers with the same functions, from this module. It holds no answers.
+The grader (``msda_labs.grading.judge.guards``) and ``python labNN.py``
+(``msda_labs.student.check``) build and read these buffers with the same functions, from this
+module. It holds no answers.
 """
 
 from __future__ import annotations

@@ -76,7 +76,8 @@ def forward_into_sentinel(kernel, inputs, *, block_q: int, in_guard: int, out_gu
 
     Returns:
         The whole flat output buffer, guards included (check it with
-        :func:`check_forward_output` or :func:`~msda_labs.grading.guards.check_sentinel_buffer`).
+        :func:`check_forward_output` or
+        :func:`~msda_labs.grading.judge.guards.check_sentinel_buffer`).
     """
     value, shapes, starts, loc, attn = on_device(inputs)
     B, _, M, D = value.shape

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import traceback
 
-__all__ = ["innermost", "student_line", "describe"]
+__all__ = ["innermost", "student_line", "student_frame", "describe"]
 
 _WRAPPERS = ("InterpreterError",)
 
@@ -42,6 +42,16 @@ def student_line(exc: BaseException, filename: str) -> int | None:
         if frames:
             line = frames[-1].lineno
     return line
+
+
+def student_frame(exc: BaseException, filename: str) -> tuple[int, str] | None:
+    """``(line, function)`` of the frame :func:`student_line` finds, or None."""
+    found = None
+    for link in _chain(exc):
+        frames = [f for f in traceback.extract_tb(link.__traceback__) if f.filename == filename]
+        if frames:
+            found = (frames[-1].lineno, frames[-1].name)
+    return found
 
 
 def describe(exc: BaseException) -> str:

@@ -1,4 +1,5 @@
-"""The graded cases: the named MSDA cases every lab is graded on.
+"""The graded cases: the named MSDA cases every lab is graded on, and lab 00's
+layer cases (:class:`Layer`, :func:`layer_state`).
 
 How a case's random inputs are drawn (:class:`Case`, :func:`make_inputs`, the salted
 :func:`seeded_generator`) and the tolerance table are public and live in
@@ -7,6 +8,11 @@ holding anything of the grader's; they are re-exported here for the judge's code
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
 
 from msda_labs.student.cases import (
     BWD_TOL,
@@ -33,6 +39,9 @@ __all__ = [
     "case_salt",
     "seeded_generator",
     "image_and_points",
+    "OFFSET_PIXELS",
+    "Layer",
+    "layer_state",
 ]
 
 MULTI_LEVEL = Case("multi_level", B=2, Q=5, M=2, D=4, shapes=((5, 7), (3, 4)), K=3)
@@ -48,3 +57,51 @@ STANDARD_CASES = (MULTI_LEVEL, SINGLE, OUT_OF_BOUNDS, EXACT_KNOTS)
 # The decoder preset the text and lab 03 use for sizes (GPU stages run it for real).
 DECODER = Case("decoder", B=4, Q=300, M=8, D=32,
                shapes=((100, 167), (50, 84), (25, 42), (13, 21)), K=4)
+
+
+# Offsets the graded weights predict: about OFFSET_PIXELS * sqrt(2) pixels (standard deviation).
+OFFSET_PIXELS = 1.5
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One graded layer case: sizes, map (or pyramid) and seed."""
+
+    id: str
+    C: int
+    M: int
+    K: int
+    B: int
+    Q: int = 0  # cross-attention queries (0: self-attention, every pixel is a query)
+    shapes: tuple = ()  # ((H, W),) for the single-scale layers, the pyramid for MSDA
+    seed: int = 0
+
+    @property
+    def L(self) -> int:
+        return len(self.shapes)
+
+    def describe(self) -> str:
+        sizes = ",".join(f"{h}x{w}" for h, w in self.shapes)
+        where = f"levels {sizes}" if self.L > 1 else f"map {sizes}"
+        queries = f" Q={self.Q}" if self.Q else ""
+        return (f"case '{self.id}' (B={self.B}{queries} C={self.C} M={self.M} D={self.C // self.M}"
+                f" K={self.K}, {where})")
+
+
+def layer_state(layer: Layer, offset_rows: int, logit_rows: int, zero_predictors=False):
+    """Seeded float32 weights for the four projections; the offsets they predict are a few pixels.
+
+    ``zero_predictors`` zeroes offset_proj and weight_proj: every point then sits on its reference
+    point and the points of a head weigh the same.
+    """
+    gen = seeded_generator(layer.seed)
+    C, state = layer.C, {}
+    for name, rows, scale in (("value_proj", C, 1.0), ("offset_proj", offset_rows, OFFSET_PIXELS),
+                              ("weight_proj", logit_rows, 1.0), ("out_proj", C, 1.0)):
+        state[f"{name}.weight"] = torch.randn(rows, C, generator=gen) * (scale / math.sqrt(C))
+        state[f"{name}.bias"] = torch.randn(rows, generator=gen) * scale
+    if zero_predictors:
+        for name in ("offset_proj", "weight_proj"):
+            state[f"{name}.weight"].zero_()
+            state[f"{name}.bias"].zero_()
+    return state

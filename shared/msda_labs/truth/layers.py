@@ -16,24 +16,19 @@ graded cases: seeded weights whose offsets are a few pixels, some reaching outsi
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from msda_labs.truth.cases import seeded_generator
+from msda_labs.truth.cases import OFFSET_PIXELS, Layer, layer_state
 from msda_labs.truth.reference import msda_reference
 
 __all__ = ["OFFSET_PIXELS", "Layer", "LayerSteps", "LAYER_SPEC", "bilinear_sample",
            "collapsed_attention", "collapsed_cross_attention", "collapsed_msda_attention",
            "deform_attend", "deformable_attention", "deformable_cross_attention", "layer_state",
            "linear", "msda_cross_attention"]
-
-# Offsets the graded weights predict: about OFFSET_PIXELS * sqrt(2) pixels (standard deviation).
-OFFSET_PIXELS = 1.5
-
 
 def bilinear_sample(img, points):
     """A correct bilinear_sample: (H, W, D) image, (N, 2) pixel points (x, y) -> (N, D)."""
@@ -49,50 +44,6 @@ def deform_attend(value, points, weights):
     Q, K, _ = points.shape
     samples = bilinear_sample(value, points.reshape(Q * K, 2)).reshape(Q, K, -1)
     return (weights.unsqueeze(-1) * samples).sum(dim=1)
-
-
-@dataclass(frozen=True)
-class Layer:
-    """One graded layer case: sizes, map (or pyramid) and seed."""
-
-    id: str
-    C: int
-    M: int
-    K: int
-    B: int
-    Q: int = 0  # cross-attention queries (0: self-attention, every pixel is a query)
-    shapes: tuple = ()  # ((H, W),) for the single-scale layers, the pyramid for MSDA
-    seed: int = 0
-
-    @property
-    def L(self) -> int:
-        return len(self.shapes)
-
-    def describe(self) -> str:
-        sizes = ",".join(f"{h}x{w}" for h, w in self.shapes)
-        where = f"levels {sizes}" if self.L > 1 else f"map {sizes}"
-        queries = f" Q={self.Q}" if self.Q else ""
-        return (f"case '{self.id}' (B={self.B}{queries} C={self.C} M={self.M} D={self.C // self.M}"
-                f" K={self.K}, {where})")
-
-
-def layer_state(layer: Layer, offset_rows: int, logit_rows: int, zero_predictors=False):
-    """Seeded float32 weights for the four projections; the offsets they predict are a few pixels.
-
-    ``zero_predictors`` zeroes offset_proj and weight_proj: every point then sits on its reference
-    point and the points of a head weigh the same.
-    """
-    gen = seeded_generator(layer.seed)
-    C, state = layer.C, {}
-    for name, rows, scale in (("value_proj", C, 1.0), ("offset_proj", offset_rows, OFFSET_PIXELS),
-                              ("weight_proj", logit_rows, 1.0), ("out_proj", C, 1.0)):
-        state[f"{name}.weight"] = torch.randn(rows, C, generator=gen) * (scale / math.sqrt(C))
-        state[f"{name}.bias"] = torch.randn(rows, generator=gen) * scale
-    if zero_predictors:
-        for name in ("offset_proj", "weight_proj"):
-            state[f"{name}.weight"].zero_()
-            state[f"{name}.bias"].zero_()
-    return state
 
 
 def linear(state, name, x):

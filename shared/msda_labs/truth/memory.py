@@ -1,6 +1,10 @@
 """Ground truth for lab 03 (the machine): sector counts, efficiency, the forward's minimum bytes
 and the advantage of a query-block tiling, on the paper GPU of ``msda_labs.student.memsim`` (no
 cache: every warp load pays for the distinct 32-byte sectors its addresses fall in).
+
+The sector counts answer lab 03's own Task 3.1, so lab 03's template carries none of this module
+(its tests take the values they need from ``tests/truth_lab03.py``,
+:mod:`msda_labs.grading.judge.owntruth`); the minimum bytes live in :mod:`.traffic`.
 """
 
 from __future__ import annotations
@@ -9,11 +13,9 @@ import numpy as np
 
 from msda_labs.student import memsim
 from msda_labs.student.memsim import SECTOR_BYTES, AccessPattern
+from msda_labs.truth.traffic import DEFAULT_SIZES, forward_bytes
 
 __all__ = ["DEFAULT_SIZES", "efficiency", "forward_bytes", "sectors_touched", "tiling_speedup"]
-
-# forward_min_bytes' defaults: the decoder preset.
-DEFAULT_SIZES = {"B": 4, "Q": 300, "M": 8, "D": 32, "L": 4, "K": 4, "itemsize": 2}
 
 
 def sectors_touched(pattern: AccessPattern) -> int:
@@ -24,16 +26,6 @@ def sectors_touched(pattern: AccessPattern) -> int:
 def efficiency(pattern: AccessPattern) -> float:
     """Useful bytes over the bytes the sectors deliver."""
     return pattern.useful_bytes / (sectors_touched(pattern) * SECTOR_BYTES)
-
-
-def forward_bytes(B, Q, M, D, L, K, itemsize) -> tuple[int, int, int]:
-    """The MSDA forward's minimum traffic in bytes: (corner rows, sampling parameters, output).
-
-    Each of the B * Q * M * L * K samples reads four corner rows of D channels and three numbers
-    (x, y, weight); the (B, Q, M, D) output is written once.
-    """
-    samples = B * Q * M * L * K
-    return samples * 4 * D * itemsize, samples * 3 * itemsize, B * Q * M * D * itemsize
 
 
 def tiling_speedup(n_queries=256, D=32, itemsize=2, seed=0) -> float:

@@ -4,7 +4,7 @@ the speed tests use. Imports no ground truth (the grading worker preloads it).""
 
 import torch
 
-from msda_labs.grading.timing import race_all
+from msda_labs.grading.speed.timing import race_all
 from msda_labs.student.cases import Case, make_inputs
 
 

@@ -36,7 +36,7 @@ def _slow(*args):
     time.sleep(SLOW_S)
     return _honest(*args)
 
-import msda_labs.grading.speedtrial as _trial  # noqa: E402
+import msda_labs.grading.speed.speedtrial as _trial  # noqa: E402
 
 
 def _answer_at_once(call, spec, seed, device):

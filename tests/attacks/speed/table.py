@@ -37,9 +37,9 @@ sys.path[:0] = [str(ROOT / "shared"), str(LAB05 / "tests"), str(HERE)]
 
 import torch  # noqa: E402
 
-from msda_labs.grading.executor import Executor  # noqa: E402
-from msda_labs.grading.results import GradeResult  # noqa: E402
-from msda_labs.grading.submission import Submission  # noqa: E402
+from msda_labs.grading.isolation.executor import Executor  # noqa: E402
+from msda_labs.grading.judge.results import GradeResult  # noqa: E402
+from msda_labs.grading.judge.submission import Submission  # noqa: E402
 
 GPU = torch.cuda.is_available()
 MODE = "gpu" if GPU else "interpret"  # without CUDA the chips run in Triton's interpreter
@@ -84,10 +84,10 @@ def old_score(path: Path) -> dict:
     import probes_lab05 as probes
 
     from msda_labs.grading import expect_close
-    from msda_labs.grading.baseline import with_baselines
-    from msda_labs.grading.probes import timed_output
-    from msda_labs.grading.submission import SubmissionProblem
-    from msda_labs.grading.timing import check_reference_speed
+    from msda_labs.grading.judge.baseline import with_baselines
+    from msda_labs.grading.judge.probes import timed_output
+    from msda_labs.grading.judge.submission import SubmissionProblem
+    from msda_labs.grading.speed.timing import check_reference_speed
     from msda_labs.truth.cases import make_inputs
     from msda_labs.truth.reference import msda_reference
 
@@ -167,7 +167,7 @@ def chip_times(lab: int, repeats: int = 3) -> dict:
     from dataclasses import asdict
 
     from msda_labs.grading import expect_close
-    from msda_labs.grading.speedjudge import expect_close_but_borders, judge_msda_speed
+    from msda_labs.grading.judge.speedjudge import expect_close_but_borders, judge_msda_speed
     from msda_labs.truth.cases import DECODER, MULTI_LEVEL
     from msda_labs.truth.reference import msda_reference, reference_grads
 
@@ -239,7 +239,7 @@ def chip_times(lab: int, repeats: int = 3) -> dict:
 def noop_bias(folder: Path, repeats: int = 3) -> dict:
     """What a submission that does nothing (zeros of the right shape) measures on the judge's
     clock: the child's protocol cost less the clean server's, the protocol's own bias."""
-    from msda_labs.grading.speedjudge import judge_msda_speed
+    from msda_labs.grading.judge.speedjudge import judge_msda_speed
 
     case, dtype_name = _case()
     path = folder / "does_nothing.py"

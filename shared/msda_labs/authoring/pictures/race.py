@@ -58,7 +58,7 @@ def _model(ax):
 
 
 def _race(ax):
-    from msda_labs.grading.bandwidth import forward_bytes
+    from msda_labs.grading.judge.bandwidth import forward_bytes
 
     nbytes = forward_bytes(**DECODER)
     times = RECORDED["times_us"]
