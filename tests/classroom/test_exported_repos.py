@@ -252,12 +252,36 @@ def test_batch_regrade_writes_a_gradebook(exports, tmp_path):
     assert list(next(csv.reader(gradebook.open()))[:6]) == ["student", "lab", "score", "max",
                                                             "integrity", "commit"]
     assert set(rows) == {"alice", "bob", "notes"}
+    # the export records lab 00's truth for the public cases only: under the secret seed alice is
+    # graded in the kit's judge copy, and still compared with the export she started from
     assert rows["alice"]["score"] == rows["alice"]["max"] != "0"
     assert rows["alice"]["integrity"] == "clean" and rows["alice"]["commit"] == head
     assert "1 grading file(s) from an older export" in rows["alice"]["note"]
     assert rows["bob"]["score"] == "0" and rows["bob"]["max"] == rows["alice"]["max"]
     assert changed in rows["bob"]["integrity"]
     assert rows["notes"]["score"] == "" and "labNN.py" in rows["notes"]["note"]
+
+
+@pytest.mark.parametrize("lab_id", ["lab00", "lab03"])
+def test_a_template_that_records_its_truth_needs_the_kit_for_a_secret_seed(exports, tmp_path,
+                                                                            monkeypatch, lab_id):
+    """Labs 00 and 03 carry their truth as a recording of the public cases: regraded against such
+    a template with a secret seed, far from the kit, the regrade stops with what to do instead of
+    failing every case of every student."""
+    from msda_labs.classroom import regrade
+
+    assert regrade.records_its_truth(exports[lab_id], lab_id)
+    assert not regrade.records_its_truth(exports[REPRESENTATIVE], REPRESENTATIVE)
+
+    def no_kit(lab, scratch):
+        raise regrade.RegradeError("no kit here")
+
+    monkeypatch.setattr(regrade, "_kit_pristine", no_kit)
+    with pytest.raises(regrade.RegradeError, match="records the expected values of the public "
+                                                   "cases only.*run regrade from the course kit"):
+        regrade.regrade_checkout(exports[lab_id], pristine=exports[lab_id], seed=7)
+    # with the published cases the template grades itself: nothing is refused
+    assert regrade.judge_copy_for(exports[lab_id], lab_id, None, tmp_path) is None
 
 
 # ---------------------------------------------------------------------------- platforms

@@ -169,6 +169,30 @@ def _kit_pristine(lab_id: str, scratch: Path) -> Path:
     return export_lab(manifest, lab, scratch, force=True, judge=True)
 
 
+def records_its_truth(source: Path, lab_id: str) -> bool:
+    """Whether the lab copy ``source`` is a template whose truth is a recording of the public
+    cases (labs 00 and 03: :mod:`msda_labs.grading.judge.owntruth`), not the judge's copy (which
+    keeps the template's manifest beside its own)."""
+    reader = Reader(Path(source))
+    return (reader.kind(f"tests/truth_{lab_id}.py") == "regular file"
+            and reader.kind(integrity.TEMPLATE_DIGESTS_PATH) != "regular file")
+
+
+def judge_copy_for(source: Path, lab_id: str, secret: str | None, scratch: Path) -> Path | None:
+    """The copy of the lab a module is graded in when ``source`` cannot grade it: a template that
+    records its truth for the public cases only, graded with a secret seed, is graded in the kit's
+    judge copy of the lab (None: ``source`` itself serves). Without the kit, a RegradeError says
+    what to do: a grade against the template's recording would fail every secret case."""
+    if not secret or not records_its_truth(source, lab_id):
+        return None
+    try:
+        return _kit_pristine(lab_id, scratch)
+    except RegradeError:
+        raise RegradeError(f"{source} is {lab_id}'s template, which records the expected values "
+                           f"of the public cases only; a grade with a secret seed needs the "
+                           f"judge's copy of the lab: run regrade from the course kit") from None
+
+
 def _separating() -> bool:
     """Whether this regrade's grading process must run children as a uid of their own."""
     return sandbox.is_root() and os.environ.get(sandbox.SEPARATE_ENV, "").strip() != "0"
@@ -306,9 +330,14 @@ def survey_checkout(checkout: Path, source: Path, lab_id: str) -> dict:
 def regrade_checkout(checkout: Path, *, pristine: Path | None = None, lab_id: str | None = None,
                      seed: int | str | None = None, gpu: bool = False,
                      timeout: float | None = None, python: str | None = None,
-                     seed_file: str | Path | None = None) -> GradeResult:
+                     seed_file: str | Path | None = None,
+                     judge_copy: str | Path | None = None) -> GradeResult:
     """Grade the checkout's ``labNN.py`` in a copy of the pristine lab; the checkout is not
     written, and nothing else of it is copied or run (it is listed: integrity ``added``).
+
+    Where the pristine lab cannot grade a secret seed (:func:`judge_copy_for`), the module is
+    graded in the kit's judge copy (``judge_copy``, or one exported here) and the checkout is
+    still compared with the pristine lab.
 
     The secret seed is ``seed``, else the file ``seed_file``, else ``$MSDA_GRADE_SEED`` or the
     file ``$MSDA_GRADE_SEED_FILE`` (none: the published cases); a seed file that other users
@@ -327,10 +356,17 @@ def regrade_checkout(checkout: Path, *, pristine: Path | None = None, lab_id: st
         survey = survey_checkout(checkout, source, lab_id)
         module, why, found, own, added = (survey[k] for k in ("module", "why", "found", "own",
                                                               "added"))
+        grade_in = Path(judge_copy).resolve() if judge_copy else \
+            judge_copy_for(source, lab_id, secret, scratch / "judge")
         work = scratch / "work"
-        _work_tree(source, work, lab_id, module)
+        _work_tree(grade_in or source, work, lab_id, module)
         notes = [f"{why}: graded the untouched starter"] if module is None else []
-        judge_only = [source, *judgeonly.judge_only_paths(None, None)]
+        if grade_in is not None:
+            notes.append(f"graded in the kit's judge copy of {lab_id}: {label} records the "
+                         f"expected values of the public cases only (the checkout is compared "
+                         f"with it all the same)")
+        judge_only = [source, *([grade_in] if grade_in else []),
+                      *judgeonly.judge_only_paths(None, None)]
         if seed_path is not None:
             judge_only.append(seed_path)  # hidden, and the preflight must fail to open it
         if _separating():
@@ -518,6 +554,7 @@ def regrade_batch(folder: Path, *, lab: str | None = None, prefix: str | None = 
 
     with tempfile.TemporaryDirectory(prefix="msda-batch-") as tmp:
         cache: dict[str, Path] = {}
+        judge_copies: dict[str, Path | None] = {}  # a template that records its truth: no secret
         (Path(tmp) / "out").mkdir(mode=0o700)
         todo = []
         for index, checkout in enumerate(checkouts):
@@ -530,6 +567,9 @@ def regrade_batch(folder: Path, *, lab: str | None = None, prefix: str | None = 
                     if lab_id not in cache:
                         cache[lab_id] = _kit_pristine(lab_id, Path(tmp) / lab_id)
                     source = cache[lab_id]
+                elif lab_id not in judge_copies:
+                    judge_copies[lab_id] = judge_copy_for(source, lab_id, secret,
+                                                          Path(tmp) / f"{lab_id}-judge")
             except (KitError, ValueError, OSError) as exc:
                 finish(index, GradebookRow(student, lab or "", "", "", "not graded", commit,
                                            str(exc)).seal())
@@ -545,8 +585,11 @@ def regrade_batch(folder: Path, *, lab: str | None = None, prefix: str | None = 
                 finish(index, GradebookRow(*entry["row"], result=result).seal())
                 continue
             pending[index] = (student, lab_id, commit, key)
+            copy = judge_copies.get(lab_id) if pristine is not None else None
             todo.append(batch.Job(index, str(checkout), lab_id, str(Path(source).resolve()),
-                                  worker_options, out=f"{tmp}/out/{index}.json",
+                                  dict(worker_options, **({"judge_copy": str(copy)} if copy
+                                                          else {})),
+                                  out=f"{tmp}/out/{index}.json",
                                   log=f"{tmp}/out/{index}.log"))
         with _stems_for_the_batch():
             batch.run_jobs(todo, parallel=jobs, done=done,
