@@ -37,6 +37,7 @@ import csv
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -101,20 +102,39 @@ def detect_lab(checkout: Path, lab: str | None = None) -> str:
     raise RegradeError(f"{checkout} has several lab modules ({', '.join(modules)}); pass --lab")
 
 
+_OBJECT_NAME = re.compile(rb"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256 repositories
+_REF_LIMIT = 4096  # .git/HEAD and a loose ref hold one line
+
+
 def commit_of(checkout: Path) -> str:
-    if not (Path(checkout) / ".git").exists():
+    """The commit at the HEAD of the checkout's repository, "" when it has none that can be told.
+
+    Read as data through :class:`Reader` (no link followed, regular files only, bounded): the
+    judge runs no git in a student's folder, where a FIFO for ``.git/HEAD`` would block it and
+    the repository's configuration could run programs. HEAD holds a commit (detached) or names
+    a ref, found as a loose file or in ``packed-refs``. A ``.git`` that is a file (a worktree's
+    pointer to a repository elsewhere) is not followed."""
+    reader = Reader(Path(checkout))
+    if reader.kind(".git") != "folder":
         return ""
-    # As root, in a folder of the student's: their repository's configuration must not run a
-    # program (an fsmonitor, hooks).
-    try:
-        proc = subprocess.run(["git", "-c", "core.fsmonitor=false", "-c",
-                               "core.hooksPath=/dev/null", "-C", str(checkout), "rev-parse",
-                               "--verify", "HEAD"],
-                              capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                              timeout=60)
-    except subprocess.TimeoutExpired:
+    head = (reader.read(".git/HEAD", limit=_REF_LIMIT) or b"").strip()
+    if _OBJECT_NAME.fullmatch(head):
+        return head.decode()
+    if not head.startswith(b"ref:"):
         return ""
-    return proc.stdout.strip() if proc.returncode == 0 else ""
+    ref = head[4:].strip()
+    parts = ref.split(b"/")
+    if parts[0] != b"refs" or len(parts) < 2 or any(p in (b"", b".", b"..") for p in parts) \
+            or not ref.isascii():
+        return ""
+    loose = (reader.read(f".git/{ref.decode()}", limit=_REF_LIMIT) or b"").strip()
+    if _OBJECT_NAME.fullmatch(loose):
+        return loose.decode()
+    for line in (reader.read(".git/packed-refs") or b"").splitlines():
+        name, _, named = line.partition(b" ")
+        if named.strip() == ref and _OBJECT_NAME.fullmatch(name):
+            return name.decode()
+    return ""
 
 
 def student_module(checkout: Path, lab_id: str,
