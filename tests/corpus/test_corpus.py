@@ -29,6 +29,8 @@ from kit import chip_path, lab_ids, run_grade
 
 CORPUS = Path(__file__).resolve().parent
 MIN_ATTEMPTS_PER_LAB = 6
+MIN_ATTEMPTS = 66  # over all labs
+MIN_NAMED_SHARE = 0.8  # of the attempts, those whose report names their cause
 
 
 @dataclasses.dataclass
@@ -83,6 +85,17 @@ def test_every_lab_has_a_corpus(lab):
     assert found == listed, f"{lab}: attempts without an entry {sorted(found - listed)}, " \
                             f"entries without an attempt {sorted(listed - found)}"
     assert len(listed) >= MIN_ATTEMPTS_PER_LAB, f"{lab}: {len(listed)} attempts"
+
+
+def test_the_corpus_is_large_and_most_attempts_name_their_cause():
+    """Each attempt's expected cause is checked against its report by test_attempt_verdict, so
+    the share counted here from the expectations is the share of reports that name their cause
+    (an attempt marked as a gap counts as not named)."""
+    listed = [e for lab in lab_ids() for e in entries(lab)]
+    named = [e for e in listed if e.get("cause") is not None and not e.get("gap")]
+    assert len(listed) >= MIN_ATTEMPTS, f"{len(listed)} attempts, {MIN_ATTEMPTS} wanted"
+    assert len(named) >= MIN_NAMED_SHARE * len(listed), \
+        f"{len(named)} of {len(listed)} attempts name their cause, {MIN_NAMED_SHARE:.0%} wanted"
 
 
 def check(entry: dict, seen: Verdict) -> list[str]:
