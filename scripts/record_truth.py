@@ -26,7 +26,7 @@ def record(lab_id: str) -> Path:
     import torch
 
     from msda_labs.course.manifest import find_manifest, load_manifest
-    from msda_labs.grading.judge.owntruth import RECORD_ENV
+    from msda_labs.grading.judge.owntruth import ARGS, RECORD_ENV
 
     manifest = load_manifest(find_manifest(ROOT))
     lab = manifest.lab(lab_id)
@@ -44,7 +44,11 @@ def record(lab_id: str) -> Path:
                            cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
         for part in sorted(Path(tmp).glob(f"{lab.id}-*.pt")):
             for name, calls in torch.load(part, weights_only=True).items():
-                merged.setdefault(name, {}).update(calls)
+                if name == ARGS:  # {function: {digest: arguments}}: merged per function
+                    for function, args in calls.items():
+                        merged.setdefault(ARGS, {}).setdefault(function, {}).update(args)
+                else:
+                    merged.setdefault(name, {}).update(calls)
     if not merged:
         raise SystemExit(f"no judged call was recorded for {lab.id}")
     target = module.with_suffix(".pt")

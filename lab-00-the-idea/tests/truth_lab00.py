@@ -12,7 +12,7 @@ writes in its place a module that looks up what these functions gave on the call
 from dataclasses import replace
 
 import torch
-from probes_lab00 import smooth_msda
+from probes_lab00 import smooth_msda, smooth_sample
 
 from msda_labs.grading.judge.owntruth import judged
 from msda_labs.mistakes import forward as forward_mistakes
@@ -50,8 +50,16 @@ def bilinear_sample_grads(img, points, grad_out):
 
 
 @_judged
-def attend_variants(value, points, weights, samples):
-    """What familiar deform_attend mistakes give on the reads ``samples``: {name: (out, why)}."""
+def attend_variants(value, points, weights, reader):
+    """What familiar deform_attend mistakes give when the points are read by ``reader``
+    ("smooth": the grader's stand-in bilinear_sample; "pixel": a correct bilinear read):
+    {name: (out, why)}. The reads are taken here, not passed in: a recording is keyed by the
+    bytes of its arguments, and a read computed with exp and a matrix product may differ in its
+    last bits from one CPU to another."""
+    Q, K, _ = points.shape
+    flat = points.reshape(Q * K, 2)
+    read = smooth_sample if reader == "smooth" else forward_mistakes.pixel_reads
+    samples = read(value, flat).reshape(Q, K, -1)
     return grid_sample_mistakes.attend_variants(value, points, weights, samples)
 
 

@@ -15,6 +15,12 @@ else of the truth:
   arguments. The template carries neither ``truth_labNN.py`` nor the kit modules it names in
   ``ANSWERING_MODULES``.
 
+Each recorded call also keeps its arguments, flattened to data (:func:`call_leaves`). A call
+whose digest is not in the recording is matched with a recorded one whose arguments agree within
+a few units in the last place (:func:`_same`): inputs drawn or computed on another CPU or another
+libm (a Mac's, an ARM machine's vector units) may differ in their last bits, and an honest student
+must not lose the points of a case for it. Anything farther is another call.
+
 A recording holds outputs of the public cases only. With a secret salt
 (:func:`msda_labs.student.cases.case_salt`) the cases differ, and a recorded truth refuses to
 answer instead of grading against the wrong values: a regrade needs the judge's copy of the lab.
@@ -35,8 +41,8 @@ from pathlib import Path
 
 from msda_labs.errors import KitError
 
-__all__ = ["RECORD_ENV", "RecordedTruthError", "call_digest", "judged", "recorded_module",
-           "recording_path"]
+__all__ = ["ARGS", "RECORD_ENV", "RecordedTruthError", "call_digest", "call_leaves", "judged",
+           "recorded_module", "recording_path"]
 
 RECORD_ENV = "MSDA_TRUTH_RECORD"  # a folder: each judge process writes what it computed there
 
@@ -100,6 +106,64 @@ def call_digest(args: tuple, kwargs: dict) -> str:
     return h.hexdigest()
 
 
+def call_leaves(args: tuple, kwargs: dict) -> list:
+    """A call's arguments flattened to what a recording can hold (loaded with
+    ``weights_only``): tensors, numbers, strings and None, with the structure as strings, in the
+    order :func:`call_digest` reads them."""
+    import numpy as np
+    import torch
+
+    out: list = []
+
+    def walk(obj) -> None:
+        if obj is None or isinstance(obj, (bool, int, float, str)):
+            out.append(obj)
+        elif isinstance(obj, torch.Tensor):
+            out.append(obj.detach().cpu().contiguous().clone())
+        elif isinstance(obj, (np.ndarray, np.generic)):
+            out.append(torch.from_numpy(np.array(obj, copy=True)))
+        elif isinstance(obj, (list, tuple)):
+            out.append(f"{type(obj).__name__}:{len(obj)}")
+            for item in obj:
+                walk(item)
+        elif isinstance(obj, dict):
+            out.append(f"dict:{len(obj)}")
+            for key in sorted(obj, key=repr):
+                walk(key)
+                walk(obj[key])
+        elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            out.append(type(obj).__qualname__)
+            for field in dataclasses.fields(obj):
+                out.append(field.name)
+                walk(getattr(obj, field.name))
+        else:
+            raise TypeError(f"a judged truth takes data only, not {type(obj).__qualname__}")
+
+    walk(list(args))
+    walk(dict(kwargs))
+    return out
+
+
+def _same_leaves(a: list, b: list) -> bool:
+    """Whether two flattened calls are the same call, up to rounding (:func:`_same`; a float
+    argument within 16 units in the last place of the larger)."""
+    import math
+
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if isinstance(x, float) and isinstance(y, float):
+            if not (x == y or math.isclose(x, y, rel_tol=64 * 2.0 ** -52)
+                    or (math.isnan(x) and math.isnan(y))):
+                return False
+        elif not _same(x, y):
+            return False
+    return True
+
+
+ARGS = "__args__"  # {name: {digest: flattened arguments}}, beside {name: {digest: value}}
+
+
 def _same(a, b) -> bool:
     import torch
 
@@ -139,20 +203,25 @@ class _Recording:
             self._table = torch.load(self.path, weights_only=True)
         return self._table
 
-    def value(self, name: str, digest: str):
+    def value(self, name: str, digest: str, leaves: list | None = None):
         calls = self.table.get(name)
-        if calls is None or digest not in calls:
-            raise RecordedTruthError(
-                f"no recorded value of {name} for these arguments in {self.path.name}: this "
-                f"repository carries the expected values of the lab's public cases only, for the "
-                f"calls its tests make")
-        return calls[digest]
+        if calls is not None and digest in calls:
+            return calls[digest]
+        recorded_args = (self.table.get(ARGS) or {}).get(name) or {}
+        if calls is not None and leaves is not None:
+            for key, args in recorded_args.items():
+                if key in calls and _same_leaves(args, leaves):
+                    return calls[key]
+        raise RecordedTruthError(
+            f"no recorded value of {name} for these arguments in {self.path.name}: this "
+            f"repository carries the expected values of the lab's public cases only, for the "
+            f"calls its tests make")
 
 
 _WRITTEN: dict[str, dict] = {}  # {recording file: {name: {digest: value}}} to write at exit
 
 
-def _record(lab: str, name: str, digest: str, value) -> None:
+def _record(lab: str, name: str, digest: str, value, leaves: list) -> None:
     import atexit
 
     folder = Path(os.environ[RECORD_ENV])
@@ -168,6 +237,7 @@ def _record(lab: str, name: str, digest: str, value) -> None:
 
         atexit.register(write)
     _WRITTEN[target].setdefault(name, {})[digest] = value
+    _WRITTEN[target].setdefault(ARGS, {}).setdefault(name, {})[digest] = leaves
 
 
 def judged(module_file: str, lab: str) -> Callable[[Callable], Callable]:
@@ -185,10 +255,10 @@ def judged(module_file: str, lab: str) -> Callable[[Callable], Callable]:
                 return value
             digest = call_digest(args, kwargs)
             if os.environ.get(RECORD_ENV):
-                _record(lab, fn.__name__, digest, value)
+                _record(lab, fn.__name__, digest, value, call_leaves(args, kwargs))
                 return value
             try:
-                recorded = recording.value(fn.__name__, digest)
+                recorded = recording.value(fn.__name__, digest, call_leaves(args, kwargs))
             except RecordedTruthError as exc:
                 raise KitError(f"{lab}'s recorded truth is stale ({exc}); run python "
                                f"scripts/record_truth.py {lab}") from None
@@ -217,7 +287,7 @@ def recorded_module(module_file: str, names: list[str]) -> Callable[[str], objec
                     "this repository carries the expected values of the public cases only; a "
                     "grade with a secret seed needs the judge's copy of the lab (regrade from "
                     "the course kit, or the Gradescope / Classroom 50 autograder)")
-            return recording.value(name, call_digest(args, kwargs))
+            return recording.value(name, call_digest(args, kwargs), call_leaves(args, kwargs))
 
         recorded.__name__ = recorded.__qualname__ = name
         return recorded
