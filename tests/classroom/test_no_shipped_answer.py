@@ -42,6 +42,7 @@ from hypothesis import strategies as st
 from kit import MANIFEST, built_labs, chip_path
 
 from msda_labs.classroom.export import without_definitions
+from msda_labs.grading.judge import owntruth
 from msda_labs.student import selfcheck
 from msda_labs.truth.reference import read_rows
 
@@ -149,7 +150,10 @@ def test_template_carries_its_own_truth_recorded_only(exports, lab_id):
     names = _declared(kit_truth, "__all__")
     assert _declared(template_truth, "__all__") == names
     recorded = torch.load(template_truth.with_suffix(".pt"), weights_only=True)
+    args = recorded.pop(owntruth.ARGS)  # each call's arguments, beside its value
     assert set(recorded) == set(names) and all(recorded.values())
+    assert {name: set(calls) for name, calls in args.items()} == \
+        {name: set(calls) for name, calls in recorded.items()}
 
 
 @pytest.mark.parametrize("lab_id", OWN_TRUTH)
