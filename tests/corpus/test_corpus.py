@@ -13,6 +13,9 @@ the file a student hands in) and an ``expected.yaml`` with one entry per attempt
       gap: why            # a verdict the kit does not give yet: the test fails while it
                           # stands, and passes (strictly) once it is fixed
 
+An attempt that is right, written otherwise than the reference, has ``correct: true`` in place of
+``start`` and ``cause``: every task keeps every point, and the report starts nowhere.
+
 What is checked of each verdict goes through :func:`verdict`, the one place that reads the
 report, so that the corpus follows the report's fields as they change.
 """
@@ -91,7 +94,7 @@ def test_the_corpus_is_large_and_most_attempts_name_their_cause():
     """Each attempt's expected cause is checked against its report by test_attempt_verdict, so
     the share counted here from the expectations is the share of reports that name their cause
     (an attempt marked as a gap counts as not named)."""
-    listed = [e for lab in lab_ids() for e in entries(lab)]
+    listed = [e for lab in lab_ids() for e in entries(lab) if not e.get("correct")]
     named = [e for e in listed if e.get("cause") is not None and not e.get("gap")]
     assert len(listed) >= MIN_ATTEMPTS, f"{len(listed)} attempts, {MIN_ATTEMPTS} wanted"
     assert len(named) >= MIN_NAMED_SHARE * len(listed), \
@@ -101,6 +104,14 @@ def test_the_corpus_is_large_and_most_attempts_name_their_cause():
 def check(entry: dict, seen: Verdict) -> list[str]:
     """What ``seen`` gets wrong of ``entry``'s expected verdict, in words (empty: nothing)."""
     problems = []
+    if entry.get("correct"):
+        lost = [f"Task {task} ({got}/{top})" for task, (got, top) in seen.points.items()
+                if got < top]
+        if lost:
+            problems.append(f"right code lost points: {', '.join(lost)}")
+        if seen.start is not None or seen.line:
+            problems.append(f"the report of right code starts somewhere: {seen.line!r}")
+        return problems
     for task in entry.get("right") or ():
         got, top = seen.points[task]
         if got < top:
@@ -143,5 +154,10 @@ def test_the_check_can_fail():
     assert check(entry, dataclasses.replace(good, cause=None))
     assert check(entry, dataclasses.replace(good, points={"1.1": (7, 7), "1.2": (9, 9)}))
     assert check({**entry, "cause": None}, good)
+    right = Verdict({"1.1": (7, 7), "1.2": (9, 9)}, None, None, "")
+    assert check({"correct": True}, right) == []
+    assert check({"correct": True}, dataclasses.replace(right, points={"1.1": (6, 7),
+                                                                       "1.2": (9, 9)}))
+    assert check({"correct": True}, dataclasses.replace(right, start="1.1", line="start here"))
     assert check(entry, dataclasses.replace(good, line=""))
     assert check(entry, dataclasses.replace(good, shown=False))
