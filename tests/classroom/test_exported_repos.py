@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from classroom_kit import cheapest_lab, clean_env, grade_export, representative_lab, validate
-from kit import CHIPS, MANIFEST, all_tests, built_labs, chip_path
+from kit import CHIPS, MANIFEST, all_tests, built_labs, chip_path, separation_unavailable
 
 from msda_labs.authoring.handout import by_hand_command
 from msda_labs.classroom.export import ExportError, export_lab, find_leaks, solution_blocks
@@ -34,6 +34,7 @@ from msda_labs.grading.judge import integrity
 
 READY = [lab.id for lab in built_labs()]
 CHEAP = cheapest_lab().id
+READING_ATTACKS = Path(__file__).resolve().parents[1] / "attacks" / "reading"
 REPRESENTATIVE = representative_lab().id
 
 
@@ -236,6 +237,11 @@ def test_batch_regrade_writes_a_gradebook(exports, tmp_path):
     integrity.write_manifest(alice)
     bob = _copy(exports[CHEAP], folder / f"{MANIFEST.lab(CHEAP).folder}-bob")
     changed = _tamper(bob)
+    # mallory hides a loop from the rule in a nested def (tests/attacks/reading/): under the
+    # instructor's regrade, as under `grade`, the rule reads the def that Python binds
+    attack = READING_ATTACKS / f"{CHEAP}_nested_loop.py"
+    mallory = _copy(exports[CHEAP], folder / f"{MANIFEST.lab(CHEAP).folder}-mallory")
+    (mallory / f"{CHEAP}.py").write_text(chip_path(CHEAP).read_text() + "\n" + attack.read_text())
     (folder / "notes").mkdir()  # not a checkout: a row that says so
     gradebook = tmp_path / "gradebook.csv"
     proc = subprocess.run([sys.executable, "-m", "msda_labs", "regrade", str(folder),
@@ -244,14 +250,14 @@ def test_batch_regrade_writes_a_gradebook(exports, tmp_path):
                            "--pristine", str(exports[CHEAP])],
                           capture_output=True, text=True, timeout=600, env=clean_env())
     # a row not graded (notes/) makes the exit status 1, once the gradebook is written
-    assert proc.returncode == 1 and "NOT GRADED: 1 of 3 student(s): notes" in proc.stderr, \
+    assert proc.returncode == 1 and "NOT GRADED: 1 of 4 student(s): notes" in proc.stderr, \
         proc.stdout + proc.stderr
     import csv
 
     rows = {r["student"]: r for r in csv.DictReader(gradebook.open())}
     assert list(next(csv.reader(gradebook.open()))[:6]) == ["student", "lab", "score", "max",
                                                             "integrity", "commit"]
-    assert set(rows) == {"alice", "bob", "notes"}
+    assert set(rows) == {"alice", "bob", "mallory", "notes"}
     # the export records lab 00's truth for the public cases only: under the secret seed alice is
     # graded in the kit's judge copy, and still compared with the export she started from
     assert rows["alice"]["score"] == rows["alice"]["max"] != "0"
@@ -260,6 +266,16 @@ def test_batch_regrade_writes_a_gradebook(exports, tmp_path):
     assert rows["bob"]["score"] == "0" and rows["bob"]["max"] == rows["alice"]["max"]
     assert changed in rows["bob"]["integrity"]
     assert rows["notes"]["score"] == "" and "labNN.py" in rows["notes"]["note"]
+    assert rows["mallory"]["integrity"] == "clean"
+    assert 0 < int(rows["mallory"]["score"]) < int(rows["mallory"]["max"]), rows["mallory"]
+    rule = re.search(r"^# rule-tests:\s*(\S+)", attack.read_text(), re.M).group(1)
+    journal = [json.loads(line) for line in gradebook.with_suffix(".rows.jsonl").open()]
+    result = next(e["result"] for e in journal if e["checkout"].endswith("-mallory"))
+    assert result["separation"]["separated"] == (not separation_unavailable()), \
+        result["separation"]
+    lost = [(t["name"], t["score"]) for _, t in all_tests(result) if t["score"] < t["max_score"]]
+    assert lost and all(name.startswith(rule) for name, _ in lost), lost
+    assert all(score == 0 for _, score in lost), lost
 
 
 @pytest.mark.parametrize("lab_id", ["lab00", "lab03"])

@@ -10,10 +10,10 @@ source, hidden from a reading that is not the compiler's:
 * a def nested in a block (``if True:``): the rules find every def bound to a name, wherever it
   stands (``SourceInfo.definitions``).
 
-Each must lose the rule's points (every instance of each ``rule-tests`` test scores 0). And a chip
-saved with a byte-order mark, as some editors write UTF-8, keeps full marks. The generated forms
-of both families are tried, at the level of the functions the judge calls, in
-test_reading_properties.py.
+Each must lose the rule's points (every instance of each ``rule-tests`` test scores 0). A chip
+saved with a byte-order mark and CRLF line ends, as some editors write UTF-8, keeps full marks in
+every lab (tests/labs/test_chips_and_starters_grade.py). The generated forms of both families are
+tried, at the level of the functions the judge calls, in test_reading_properties.py.
 """
 
 from __future__ import annotations
@@ -85,12 +85,3 @@ def test_reading_attack_loses_the_rule(path, tmp_path):
         for _, test in tests:
             assert test["status"] == "error" and "UTF-8" in test["message"] \
                 and "utf-7" in test["message"], test
-
-
-@pytest.mark.parametrize("lab", ["lab01", "lab02"])
-def test_a_chip_saved_with_a_byte_order_mark_keeps_full_marks(lab, tmp_path):
-    module = tmp_path / f"{lab}.py"
-    module.write_bytes(b"\xef\xbb\xbf" + chip_path(lab).read_bytes())
-    result = run_grade(lab, submission=module)
-    assert result["score"] == result["max_score"] > 0, \
-        [(t["name"], t["message"]) for _, t in all_tests(result) if t["status"] != "passed"]
