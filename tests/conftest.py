@@ -11,11 +11,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # How many of the slowest test files the summary lists (MSDA_SLOWEST_FILES=0: none).
 SLOWEST_FILES = int(os.environ.get("MSDA_SLOWEST_FILES", "15"))
 
-# Tests that take minutes on their own: act running whole workflows, and a template repository's
-# nox session building a fresh virtualenv with torch. They are collected first, so that under
-# xdist's work stealing (the selftest session's ``--dist worksteal``) they start at once and
-# overlap with the rest, instead of being left to the end with the other workers idle.
-LONG_FIRST = ("tests/workflows/", "::test_fresh_virtualenv_nox_session")
+# Tests that take minutes on their own: act running whole workflows, a template repository's
+# nox session building a fresh virtualenv with torch, a class of 27 hostile students regraded one
+# after another, and the degenerate answers of each lab (lab 10's alone about 40 s). They are
+# collected first, so that under xdist's work stealing (the selftest session's ``--dist
+# worksteal``) they start at once and overlap with the rest, instead of being left to the end
+# with the other workers idle.
+LONG_FIRST = ("tests/workflows/", "::test_fresh_virtualenv_nox_session",
+              "::test_attacks_score_zero_under_the_separated_regrade",
+              "::test_degenerate_answers_score_zero")
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -57,7 +57,7 @@ def test_exit_at_import_scores_zero(lab, tmp_path):
 @pytest.mark.parametrize("lab", lab_ids())
 def test_hang_at_import_scores_zero(lab, tmp_path):
     text = "while True:\n    pass\n" + chip_path(lab).read_text()
-    result = run_grade(lab, submission=_write(tmp_path, lab, text), timeout=3)
+    result = run_grade(lab, submission=_write(tmp_path, lab, text), timeout=1)
     _assert_zero(result, {"timeout"})
 
 
