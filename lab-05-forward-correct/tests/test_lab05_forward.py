@@ -36,6 +36,7 @@ from msda_labs.mistakes import msda_variants
 from msda_labs.student.cases import tolerance
 from msda_labs.truth.cases import (
     DECODER,
+    DEVICE_BOUND,
     MULTI_LEVEL,
     SINGLE,
     STANDARD_CASES,
@@ -231,8 +232,9 @@ def test_forward_on_gpu(submission, case, dtype):
 # value pyramid into grid_sample's layout, then gathers every channel of every corner with its own
 # strided read, then stacks, weights and sums in three more passes: a kernel that follows the lab
 # does one pass and is several times faster, so "no slower than the reference" is generous to right
-# work and still fails a kernel that sleeps or serializes.
-SPEED_CASE, SPEED_DTYPE = DECODER, "float16"
+# work and still fails a kernel that sleeps or serializes. It runs at the encoder's size
+# (DEVICE_BOUND: 22,223 queries), where the kernel and not the protocol's overhead takes the time.
+SPEED_CASE, SPEED_DTYPE = DEVICE_BOUND, "float16"
 SPEED_LIMIT = REFERENCE_LIMIT  # your time / the reference's
 
 

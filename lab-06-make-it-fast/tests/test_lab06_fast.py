@@ -29,7 +29,7 @@ from msda_labs.grading.judge.probes import run_guarded, shared_run
 from msda_labs.grading.judge.results import Evidence
 from msda_labs.grading.judge.rules import watch_untouched
 from msda_labs.grading.speed.speedstats import Limit
-from msda_labs.truth.cases import DECODER, STANDARD_CASES, Case
+from msda_labs.truth.cases import DECODER, DEVICE_BOUND, STANDARD_CASES, Case
 from msda_labs.truth.reference import msda_reference
 
 TASKS = {"6.1": "msda_forward_chunked_kernel", "6.2": "autotune"}
@@ -47,8 +47,8 @@ TUNE_CASE = Case("tune", B=1, Q=70, M=2, D=6, shapes=((4, 5), (2, 3)), K=2, seed
 RACE_CHUNKS = (2, 4, 8, 16, 32)  # GPU stage
 # The races between your own launches (the tilings, autotuned against fixed) are about device
 # work; the judge's clock times what a caller waits, host dispatch included, so they run on the
-# encoder's size (22,223 queries), where the kernels, not their launches, take the time.
-DEVICE_BOUND = DECODER.with_(id="encoder", B=2, Q=22223)
+# encoder's size (22,223 queries, DEVICE_BOUND), where the kernels, not their launches, take the
+# time.
 
 
 def _run_chunked(submission, case, dtype, block_q, chunk_d, what):
