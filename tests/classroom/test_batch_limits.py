@@ -15,6 +15,7 @@ Lab 03 (plain Python), about 45 s of CPU in all (nine lab 03 grades).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -27,9 +28,10 @@ import time
 from pathlib import Path
 
 import pytest
-from kit import MANIFEST, chip_path
+from kit import MANIFEST, chip_path, separation_unavailable
 
 from msda_labs.classroom.export import export_lab
+from msda_labs.grading.isolation import stem
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB = "lab03"
@@ -113,13 +115,26 @@ def test_odd_checkouts_are_graded_within_their_limit_and_the_class_completes(pri
         (klass / "dd-pagemap" / rel).unlink()
         (klass / "dd-pagemap" / rel).symlink_to("/proc/self/pagemap")
     out = tmp_path / "out"
+    env = _env(scratch)
+    stems = scratch / "stems"  # the batch's zygote stems, kept here to be counted
+    separated = not separation_unavailable()
+    if separated:
+        stems.mkdir(mode=0o700)
+        env[stem.STEMS_ENV] = str(stems)
     start = time.monotonic()
-    proc = subprocess.run(_command(klass, out, "--jobs", "2", "--student-limit", "240",
-                                   pristine=pristine),
-                          cwd=ROOT, env=_env(scratch), capture_output=True, text=True,
-                          timeout=900)
+    with stem.held(str(stems)) if separated else contextlib.nullcontext():
+        proc = subprocess.run(_command(klass, out, "--jobs", "2", "--student-limit", "240",
+                                       pristine=pristine),
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+        served = sorted(p.name for p in stems.glob("*.sock"))
+        if separated:
+            stem.stop_all(str(stems))
     took = time.monotonic() - start
     text = proc.stdout + proc.stderr
+    # each of the two slots works in one folder, student after student, so that one stem serves
+    # every student of a slot (a folder per student started a stem per student); none is left
+    assert len(served) <= 2 and (served or not separated), served
+    assert not list(scratch.glob("msda-regrade-*")), list(scratch.iterdir())
     assert proc.returncode == 0, text[-3000:]
     rows = _rows(out)
     assert sorted(rows) == students and took < 240 * 3, text[-2000:]

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import hashlib
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -197,15 +199,28 @@ def _run_one(job: Job, limit: float, python: str) -> Outcome:
 
 
 def run_jobs(jobs: list[Job], *, parallel: int = 1, limit: float = DEFAULT_STUDENT_LIMIT,
-             python: str | None = None, done=None) -> list[Outcome]:
+             python: str | None = None, done=None, room=None) -> list[Outcome]:
     """Run ``jobs``, ``parallel`` at a time, each within ``limit`` seconds; ``done(outcome)`` is
-    called (one at a time) as soon as each ends. Returns the outcomes in the jobs' order."""
+    called (one at a time) as soon as each ends. Returns the outcomes in the jobs' order.
+
+    ``room(slot)``, when given, names the folder a job run in slot ``slot`` (0 to ``parallel`` -
+    1) works in: it is passed to the job as the option ``room``, and the jobs of one slot run one
+    after another, so they share it in turn."""
     python = python or sys.executable
     lock = threading.Lock()
     outcomes: dict[int, Outcome] = {}
+    slots: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for slot in range(max(1, parallel)):
+        slots.put(slot)
 
     def one(job: Job) -> None:
-        outcome = _run_one(job, limit, python)
+        slot = slots.get()
+        try:
+            if room is not None:
+                job = dataclasses.replace(job, options={**job.options, "room": str(room(slot))})
+            outcome = _run_one(job, limit, python)
+        finally:
+            slots.put(slot)
         with lock:
             outcomes[job.index] = outcome
             if done is not None:

@@ -38,6 +38,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
 import stat
 import subprocess
@@ -347,11 +348,33 @@ def survey_checkout(checkout: Path, source: Path, lab_id: str) -> dict:
             "odd": reader.odd_list()}
 
 
+@contextlib.contextmanager
+def _scratch(room: str | Path | None):
+    """A regrade's scratch folder: a new temporary one, or ``room``, a batch slot's folder (in
+    the same temporary folder, as private: made anew for each student, mode 0700, and removed
+    after), so that the zygote stems of the batch, keyed by the grading process's folder and
+    search path, serve each student of the slot in turn instead of one stem a student."""
+    if room is None:
+        with tempfile.TemporaryDirectory(prefix="msda-regrade-") as tmp:
+            yield tmp
+        return
+    room = Path(room)
+    if room.is_symlink() or (room.exists() and not room.is_dir()):
+        raise RegradeError(f"the batch's work folder {room} is not a folder of its own")
+    shutil.rmtree(room, ignore_errors=True)  # what a worker killed at its limit left
+    room.mkdir(mode=0o700)
+    try:
+        yield str(room)
+    finally:
+        shutil.rmtree(room, ignore_errors=True)
+
+
 def regrade_checkout(checkout: Path, *, pristine: Path | None = None, lab_id: str | None = None,
                      seed: int | str | None = None, gpu: bool = False,
                      timeout: float | None = None, python: str | None = None,
                      seed_file: str | Path | None = None,
-                     judge_copy: str | Path | None = None) -> GradeResult:
+                     judge_copy: str | Path | None = None,
+                     room: str | Path | None = None) -> GradeResult:
     """Grade the checkout's ``labNN.py`` in a copy of the pristine lab; the checkout is not
     written, and nothing else of it is copied or run (it is listed: integrity ``added``).
 
@@ -367,7 +390,7 @@ def regrade_checkout(checkout: Path, *, pristine: Path | None = None, lab_id: st
         raise RegradeError(f"{checkout} is not a folder")
     lab_id = detect_lab(checkout, lab_id)
     seed_path, secret = check_secret(seed, seed_file)
-    with tempfile.TemporaryDirectory(prefix="msda-regrade-") as tmp:
+    with _scratch(room) as tmp:
         scratch = Path(tmp)
         if pristine is None:
             source, label = _kit_pristine(lab_id, scratch / "pristine"), "the kit"
@@ -611,9 +634,18 @@ def regrade_batch(folder: Path, *, lab: str | None = None, prefix: str | None = 
                                                           else {})),
                                   out=f"{tmp}/out/{index}.json",
                                   log=f"{tmp}/out/{index}.log"))
-        with _stems_for_the_batch():
-            batch.run_jobs(todo, parallel=jobs, done=done,
-                           limit=student_limit or batch.DEFAULT_STUDENT_LIMIT)
+        rooms = f"msda-regrade-{secrets.token_hex(8)}"  # one folder per slot, reused in turn
+
+        def room(slot: int) -> Path:
+            return Path(tempfile.gettempdir()) / f"{rooms}-{slot}"
+
+        try:
+            with _stems_for_the_batch():
+                batch.run_jobs(todo, parallel=jobs, done=done,
+                               limit=student_limit or batch.DEFAULT_STUDENT_LIMIT, room=room)
+        finally:  # a worker killed at its limit leaves its room
+            for slot in range(max(1, jobs)):
+                shutil.rmtree(room(slot), ignore_errors=True)
     return [rows[i] for i in sorted(rows)]
 
 
