@@ -1,6 +1,7 @@
 """Judge-side rules of lab 08 that the test file (test_lab08_atomics.py) states in one line each:
-the racy histogram's rule and its known wrong answers, what each guarded buffer must hold, and
-the gradients' comparisons. Nothing here runs student code: it reads what the probes
+the racy histogram's graded cases and its known wrong answers (the rule itself is in
+truth_lab08.py, which the template carries as a recording), what each guarded buffer must hold,
+and the gradients' comparisons. Nothing here runs student code: it reads what the probes
 (probes_lab08.py) sent back, and the submission's source.
 """
 
@@ -8,6 +9,7 @@ import ast
 import math
 
 import torch
+from truth_lab08 import racy_rule, wrong_models
 
 from msda_labs.grading import expect_close, expect_tensor
 from msda_labs.grading.judge.guards import cdiv, check_sentinel_buffer
@@ -29,42 +31,6 @@ def seeded_indices(n: int, n_bins: int, seed: int, skew: bool = False) -> torch.
     if skew:
         return (torch.rand(n, generator=gen) ** 4 * n_bins).long()
     return torch.randint(0, n_bins, (n,), generator=gen)
-
-
-def racy_rule(idx: torch.Tensor, n_bins: int, block: int) -> torch.Tensor:
-    """The judge's own prediction: each program adds one to each distinct bin it holds."""
-    out = torch.zeros(n_bins, dtype=torch.float32)
-    for start in range(0, idx.numel(), block):
-        out[torch.unique(idx[start : start + block])] += 1.0
-    return out
-
-
-def _by_program(idx: torch.Tensor, n_bins: int, program: torch.Tensor) -> torch.Tensor:
-    """One +1 per (program, distinct bin) pair, for any assignment of elements to programs."""
-    held = torch.zeros(int(program.max()) + 1 if program.numel() else 1, n_bins)
-    held[program, idx] = 1.0
-    return held.sum(0)
-
-
-def wrong_models(idx: torch.Tensor, n_bins: int, block: int) -> dict:
-    """The known wrong models of the race, {name: what that model predicts}: every graded case
-    must tell each of them from the rule (see :func:`separating_indices`)."""
-    n = idx.numel()
-    programs = cdiv(n, block)
-    pos = torch.arange(n)
-    exact = torch.bincount(idx, minlength=n_bins).float()
-    models = {
-        "exact": exact,
-        "one_block": (exact > 0).float(),
-        "strided": _by_program(idx, n_bins, pos % programs),
-        "clamped": exact.clamp(max=programs),
-        "block_minus_1": _by_program(idx, n_bins, pos // max(block - 1, 1)),
-        "block_plus_1": _by_program(idx, n_bins, pos // (block + 1)),
-    }
-    pow2 = 1 << (block - 1).bit_length()
-    if pow2 != block:
-        models["pow2_block"] = _by_program(idx, n_bins, pos // pow2)
-    return models
 
 
 def separating_indices(n: int, n_bins: int, block: int, seed: int,

@@ -278,12 +278,12 @@ def test_batch_regrade_writes_a_gradebook(exports, tmp_path):
     assert all(score == 0 for _, score in lost), lost
 
 
-@pytest.mark.parametrize("lab_id", ["lab00", "lab03"])
+@pytest.mark.parametrize("lab_id", ["lab00", "lab03", "lab08"])
 def test_a_template_that_records_its_truth_needs_the_kit_for_a_secret_seed(exports, tmp_path,
                                                                             monkeypatch, lab_id):
-    """Labs 00 and 03 carry their truth as a recording of the public cases: regraded against such
-    a template with a secret seed, far from the kit, the regrade stops with what to do instead of
-    failing every case of every student."""
+    """Labs 00, 03 and 08 carry their truth as a recording of the public cases: regraded against
+    such a template with a secret seed, far from the kit, the regrade stops with what to do
+    instead of failing every case of every student."""
     from msda_labs.classroom import regrade
 
     assert regrade.records_its_truth(exports[lab_id], lab_id)

@@ -1,4 +1,4 @@
-"""The truth of labs 00 and 03, recorded for their templates (msda_labs.grading.judge.owntruth).
+"""The truth of labs 00, 03 and 08, recorded for their templates (msda_labs.grading.judge.owntruth).
 
 * a call's digest tells its data apart: the same data in every form (a tensor or a copy of it,
   a dict in any key order) gives the same digest, and any change of a value, a dtype, a shape or

@@ -177,7 +177,7 @@ def _module_name(path: Path, package_root: Path) -> str:
 def _own_truth_template(dest: Path, lab: Lab) -> tuple[Path, list[Path]] | None:
     """Lab ``lab``'s truth that would answer its own tasks, out of its template.
 
-    A lab whose tests take their truth from ``tests/truth_labNN.py`` (labs 00 and 03:
+    A lab whose tests take their truth from ``tests/truth_labNN.py`` (labs 00, 03 and 08:
     :mod:`msda_labs.grading.judge.owntruth`) gets in its place a module that looks the values up
     in the recording beside it (``truth_labNN.pt``), and loses the kit modules that module names in
     ``ANSWERING_MODULES`` with every module that imports one of them at its top level. Returns

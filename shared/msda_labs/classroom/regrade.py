@@ -192,7 +192,7 @@ def _kit_pristine(lab_id: str, scratch: Path) -> Path:
 
 def records_its_truth(source: Path, lab_id: str) -> bool:
     """Whether the lab copy ``source`` is a template whose truth is a recording of the public
-    cases (labs 00 and 03: :mod:`msda_labs.grading.judge.owntruth`), not the judge's copy (which
+    cases (labs 00, 03 and 08: :mod:`msda_labs.grading.judge.owntruth`), not the judge's copy (which
     keeps the template's manifest beside its own)."""
     reader = Reader(Path(source))
     return (reader.kind(f"tests/truth_{lab_id}.py") == "regular file"

@@ -1,14 +1,14 @@
-"""The truth of a lab whose ground truth would answer its own tasks (labs 00 and 03).
+"""The truth of a lab whose ground truth would answer its own tasks (labs 00, 03 and 08).
 
 Lab 00's truth reads a map with ``grid_sample``, which is what lab 00 teaches; lab 03's counts
-sectors, which is what lab 03 asks. No rule of those labs forbids the way the truth is written, so
-any copy of it in the lab's template would earn the lab's points. Such a lab's tests take every
-expected value from one judge-side module beside them, ``tests/truth_labNN.py``, and from nothing
-else of the truth:
+sectors, which is what lab 03 asks; lab 08's racy histogram rule is what Task 8.1 asks. No rule of
+those labs forbids the way the truth is written, so any copy of it in the lab's template would earn
+the lab's points. Such a lab's tests take every expected value from one judge-side module beside
+them, ``tests/truth_labNN.py``, and from nothing else of the truth:
 
 - in the kit and in the judge's own copies of the lab (regrade, Gradescope, Classroom 50),
-  ``truth_labNN.py`` computes each value with :mod:`msda_labs.truth` (its functions are wrapped by
-  :func:`judged`);
+  ``truth_labNN.py`` computes each value with :mod:`msda_labs.truth` or its own code (its
+  functions are wrapped by :func:`judged`);
 - in the lab's template repository, the exporter writes in its place a module that only looks
   values up (:func:`recorded_module`) in ``tests/truth_labNN.pt``: what the kit's functions gave
   on the calls the lab's tests make on its public cases, keyed by a digest of each call's
