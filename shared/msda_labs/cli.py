@@ -27,12 +27,10 @@ def _cmd_grade(ns) -> int:
 
     if ns.solution and ns.submission:
         raise KitError("give either --submission FILE or --solution, not both")
-    # read where the salt is made (msda_labs.grading.isolation.secret), GPU stage included
-    if ns.seed_file:
-        os.environ["MSDA_GRADE_SEED_FILE"] = str(Path(ns.seed_file).resolve())
     request = GradeRequest(lab=ns.lab, submission=ns.submission, solution=ns.solution,
                            stage=ns.stage, tasks=tuple(ns.task or ()), timeout=ns.timeout,
-                           seed=ns.seed, select=ns.select or "", speed_repeat=ns.speed_repeat)
+                           seed=ns.seed, seed_file=ns.seed_file, select=ns.select or "",
+                           speed_repeat=ns.speed_repeat)
     result = grade(request)
     print(render_terminal(result))
     if ns.json:

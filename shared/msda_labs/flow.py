@@ -43,6 +43,7 @@ class GradeRequest:
     tasks: tuple[str, ...] = ()
     timeout: float | None = None
     seed: int | None = None
+    seed_file: str | None = None  # a file holding the secret seed (kept off the command line)
     # "auto": the GPU stage runs on local CUDA, else on Modal (msda_labs.gpu.runner); "here":
     # every asked stage runs in this process, whatever devices exist (GPU tests skip without CUDA).
     where: str = "auto"
@@ -101,7 +102,8 @@ def build_job(request: GradeRequest) -> GradingJob:
     lab = resolve_lab(request.lab)
     return GradingJob.build(lab, _submission(request, lab), stage=request.stage,
                             tasks=request.tasks, timeout=request.timeout,
-                            secret=read_secret(request.seed), solution=request.solution,
+                            secret=read_secret(request.seed, request.seed_file),
+                            solution=request.solution,
                             select=request.select, speed_repeat=request.speed_repeat)
 
 
