@@ -107,9 +107,11 @@ def format_index(flat: int, shape) -> str:
 
 
 def mismatch(res: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float):
-    """(bad mask, number bad) comparing in float64; NaN/inf must match exactly."""
-    a = res.detach().to(torch.float64).cpu()
-    b = ref.detach().to(torch.float64).cpu()
+    """(bad mask, number bad) comparing in float64; NaN/inf must match exactly. On the device
+    both tensors are on (the host where they differ); the mask is there too."""
+    where = res.device if res.device == ref.device else torch.device("cpu")
+    a = res.detach().to(where, torch.float64)
+    b = ref.detach().to(where, torch.float64)
     close = torch.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
     return ~close, int((~close).sum())
 

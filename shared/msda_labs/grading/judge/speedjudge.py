@@ -267,9 +267,14 @@ class _Checker:
                 isinstance(t, torch.Tensor) and t.dtype == torch.float32 and t.dim() == 1
                 and t.numel() == total for t in shown)):
             raise SpeedTrialFailed("the outputs sent back are not those of the timed calls")
-        sets, weights = speedtrial.draw_round(spec, seed, _device())
+        # Checked where the inputs are drawn: on a GPU the truth, the checksum and the
+        # comparison of an encoder-sized output take milliseconds there, and about a second
+        # each on the host. A failing check still reports from the same tensors.
+        device = _device()
+        sets, weights = speedtrial.draw_round(spec, seed, device)
         for i, flat in zip(picked, shown):
-            w = weights[i].double().cpu()
+            flat = flat.to(device)
+            w = weights[i].double()
             got = float(reply["sums"][i])
             mine = float((flat.double() * w).sum())
             scale = float((flat.double() * w).abs().sum())
@@ -284,17 +289,18 @@ class _Checker:
                 size = speedtrial._prod(shape)
                 parts.append(flat[at:at + size].reshape(shape).to(getattr(torch, spec["dtype"])))
                 at += size
-            expected = _on_cpu(self.truth(sets[i]))
+            expected = _on(self.truth(sets[i]), device)
             self.close(tuple(parts) if len(parts) > 1 else parts[0], expected,
                        f"timed call {i + 1} of round {round_no}")
             self.checked += 1
 
 
-def _on_cpu(obj):
+def _on(obj, device):
+    """``obj`` (a tensor, or tuples and lists of them) on ``device``."""
     if isinstance(obj, torch.Tensor):
-        return obj.detach().cpu()
+        return obj.detach().to(device)
     if isinstance(obj, (tuple, list)):
-        return type(obj)(_on_cpu(x) for x in obj)
+        return type(obj)(_on(x, device) for x in obj)
     return obj
 
 
