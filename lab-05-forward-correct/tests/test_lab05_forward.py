@@ -224,8 +224,10 @@ def test_forward_on_gpu(submission, case, dtype):
 # -- Task 5.8: speed, against the PyTorch reference -----------------------------------------------
 # Timed on the judge's clock (msda_labs.grading.judge.speedjudge): the judge sends a fresh seed,
 # your child draws 16 new input sets from it on the GPU, calls msda_forward on each and sends back a
-# checksum of every output; the judge's clock runs from the seed to the checksums. Every timed
-# output is then checked against the ground truth, with the tolerance of the correctness tests. The
+# checksum of every output; the judge's clock runs from the seed to the checksums. Two timed
+# outputs of every round, picked at random after its reply, are then checked against the ground
+# truth with the tolerance of the correctness tests (the checksums bind the others: a call whose
+# work was skipped or left unfinished sends a checksum its output does not give). The
 # baseline is the grid_sample reference, which every copy of the kit carries, timed the same way by
 # the judge in a process that never loaded your module; the lab 05 chip is absent from an exported
 # lab 05, so its time is reported where it exists and never graded. The reference copies the whole
@@ -236,6 +238,7 @@ def test_forward_on_gpu(submission, case, dtype):
 # (DEVICE_BOUND: 22,223 queries), where the kernel and not the protocol's overhead takes the time.
 SPEED_CASE, SPEED_DTYPE = DEVICE_BOUND, "float16"
 SPEED_LIMIT = REFERENCE_LIMIT  # your time / the reference's
+SPEED_VERIFIED = 2  # outputs of each round checked in full (an encoder-sized output is 45 MB)
 
 
 def speed_baselines() -> dict:
@@ -259,7 +262,7 @@ def test_forward_speed_against_the_reference(submission):
 
     measured = judge_msda_speed(submission, case, dtype_name, fn="msda_forward",
                                 truth=lambda inputs: _reference(inputs), close=close,
-                                baselines=speed_baselines(),
+                                baselines=speed_baselines(), verify=SPEED_VERIFIED,
                                 limits=[Limit("yours", "reference", SPEED_LIMIT)])
     check_reference_speed(measured, what=f"msda_forward on {desc}", chip_label="the lab 05 chip",
                           limit=SPEED_LIMIT, submission=submission)

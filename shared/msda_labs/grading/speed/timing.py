@@ -343,8 +343,14 @@ def _not_timed(measured: Any) -> str | None:
 def how_timed(measured: dict) -> str:
     """How the times of a :func:`race_all` result were taken, in words."""
     if measured["method"] == "judge-clock":
-        return (f"the judge's clock: median of {measured['reps']} rounds of {measured.get('n')} "
-                f"calls on fresh inputs, every output checked, the protocol's own "
+        verified, n = measured.get("verified"), measured.get("n")
+        every = not isinstance(verified, int) or not isinstance(n, int) or \
+            verified >= (measured["reps"] + 1) * n
+        checked = "every output checked" if every else (
+            f"{verified} outputs checked in full (picked after each round's reply), every "
+            f"checksum checked")
+        return (f"the judge's clock: median of {measured['reps']} rounds of {n} "
+                f"calls on fresh inputs, {checked}, the protocol's own "
                 f"{measured.get('overhead_us', 0.0):.1f} us a call subtracted"
                 + (f", {measured['device']}" if measured.get("device") else ""))
     if measured["method"] == "wall-clock":
