@@ -340,6 +340,27 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             for mode in sorted(gs.modes):
                 if mode != "gpu":
                     gs.executor().start(mode)
+            if "gpu" in gs.modes:
+                _warm_cuda()
+
+
+def _warm_cuda() -> None:
+    """Start this (the judge's) process's CUDA context in the background: its first use, for a
+    baseline or a truth, comes after the first child returns, and the context took 11 s to make
+    on an H100 host. The children that run student code come from the zygote, never from this
+    process, so nothing forks with the context made."""
+    import threading
+
+    import torch
+
+    def init():
+        try:
+            if torch.cuda.is_available():
+                torch.cuda.init()
+        except Exception:  # noqa: BLE001 - the first real use reports the problem
+            pass
+
+    threading.Thread(target=init, name="msda-cuda-warm", daemon=True).start()
 
 
 @pytest.fixture
