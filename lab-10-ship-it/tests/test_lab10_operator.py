@@ -6,6 +6,8 @@ isolated child; the judge computes the references on the CPU from the same seeds
 the checks both test files use are in judge_lab10.py) and says what is wrong.
 """
 
+import re
+
 import judge_lab10
 import probes_lab10 as probes
 import pytest
@@ -16,7 +18,7 @@ from msda_labs.grading import describe_value
 from msda_labs.grading.judge.compare import Mismatch, answers_mismatch
 from msda_labs.grading.judge.diagnosis import label_of
 from msda_labs.grading.judge.probes import shared_run
-from msda_labs.grading.judge.rejections import expect_rejections
+from msda_labs.grading.judge.rejections import expect_rejections, mentions
 from msda_labs.grading.judge.results import Evidence
 from msda_labs.mistakes.plumbing import FLAG, answers_of
 from msda_labs.truth.cases import OUT_OF_BOUNDS, SINGLE, make_inputs
@@ -119,9 +121,18 @@ def test_validate_accepts_good_inputs(submission):
         if kind != "none":
             raise AssertionError(f"validate_inputs rejected valid inputs ({label}) with {kind}: "
                                  f"{message[:200]}")
-    if outcomes[-1][0] != "ValueError":
+    kind, message = outcomes[-1]
+    if kind == "none":
         raise AssertionError("validate_inputs accepted a 3-D value as well: a validator that "
                              "accepts these inputs must also refuse the ones that break a rule")
+    # The refusal must be the validator's own: a ValueError that names the argument or its
+    # shape (Python's "not enough values to unpack" from a function that only runs the op names
+    # neither).
+    if kind != "ValueError" or not (mentions(message, (2, 16, 4))
+                                    or re.search(r"\bvalue\b", message, re.IGNORECASE)):
+        raise AssertionError(f"validate_inputs must refuse a 3-D value with a ValueError that "
+                             f"names value or its shape (2, 16, 4); it raised {kind}: "
+                             f"{message[:200]}")
 
 
 @pytest.mark.task("10.2", points=2)

@@ -58,11 +58,15 @@ _SKIP_NAMES = {"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".n
 _SKIP_PATTERNS = ("*.pyc", "*.pyo", "*.egg-info", "grade.json", "grade-gpu.json", "*.grade.json",
                   "grade.md")
 _CHIP = re.compile(r"^lab([0-9]{2})\.py$")
-# Kit modules that hold a later lab's answers outside the chips folder: {file name: the first lab
-# whose export may carry it}.
+# Kit modules that hold a lab's answers outside the chips folder: {file name: (the first lab whose
+# export may carry it, what it answers)}.
 # msda_labs/student/shipped.py and shipped_kernels.py hold the tuned forward and backward
-# kernels that lab 10 ships (the math of labs 05-08 in full).
-_LATER_MODULES = {"shipped.py": 10, "shipped_kernels.py": 10}
+# kernels that lab 10 ships (the math of labs 05-08 in full); shipped_op.py is lab 10's operator
+# finished (the composable op of the model bench, whose eager autograd.Function is Task 10.1's
+# answer), so no lab's template carries it.
+_LATER_MODULES = {"shipped.py": (10, "kernels of lab 05-08"),
+                  "shipped_kernels.py": (10, "kernels of lab 05-08"),
+                  "shipped_op.py": (11, "the operator of lab 10")}
 _LATER_MODULE_FOLDERS = ("msda_labs", "student")  # where those modules live (and lived)
 
 
@@ -80,7 +84,7 @@ def _ignore(lab_number: int | None = None):
             skipped |= {n for n in names
                         if (m := _CHIP.match(n)) and int(m.group(1)) >= lab_number}
         if lab_number is not None and Path(folder).name in _LATER_MODULE_FOLDERS:
-            skipped |= {n for n in names if lab_number < _LATER_MODULES.get(n, 0)}
+            skipped |= {n for n in names if lab_number < _LATER_MODULES.get(n, (0, ""))[0]}
         return skipped
 
     return ignore
@@ -98,10 +102,10 @@ def find_leaks(dest: Path, lab_number: int, chips_dir: Path) -> list[str]:
         match = _CHIP.match(path.name)
         if path.parent.name == "chips" and match and int(match.group(1)) >= lab_number:
             leaks.append(f"{path.relative_to(dest)}: the chip of lab {match.group(1)}")
-    for name, first in _LATER_MODULES.items():
+    for name, (first, what) in _LATER_MODULES.items():
         for path in sorted((dest / "shared").rglob(name)):
             if path.parent.name in _LATER_MODULE_FOLDERS and lab_number < first:
-                leaks.append(f"{path.relative_to(dest)}: kernels of lab {first:02d}")
+                leaks.append(f"{path.relative_to(dest)}: {what}")
     blocks = []
     for chip in sorted(Path(chips_dir).glob("lab[0-9][0-9].py")):
         if int(chip.stem[3:]) >= lab_number:
