@@ -13,13 +13,16 @@ import probes_lab09 as probes
 HERE = Path(__file__).resolve().parent
 BACKWARD = probes.BACKWARD
 
-# The judge's own reading of PTX: never the submission's.
+# The judge's own reading of PTX: never the submission's. It keeps where each atomic is, so that
+# the feedback can point at the line of one a detector missed.
 _TOKEN = re.compile(r"\b(?:atom|red)\.[\w.:]+")
 
 
-def atomics(ptx: str) -> list[str]:
-    """The distinct atom./red. tokens of ``ptx``, sorted."""
-    return sorted(set(_TOKEN.findall(ptx)))
+def atomic_sites(ptx: str) -> list[tuple[int, str]]:
+    """Every occurrence of an atom./red. token in ``ptx``: (line number from 1, token), in the
+    order of the listing. A token that occurs on many lines is listed at each of them."""
+    return [(number, match.group()) for number, line in enumerate(ptx.splitlines(), 1)
+            for match in _TOKEN.finditer(line)]
 
 
 def is_cas(token: str) -> bool:
@@ -101,8 +104,12 @@ def detector_hint(res, expected) -> str:
     return "a token starts at a word boundary with atom. or red. and runs through its qualifiers"
 
 
-def check_detector(res, expected, what):
-    """``res`` (what find_atomics returned) must equal ``expected`` exactly."""
+def check_detector(res, expected, what, sites=()):
+    """``res`` (what find_atomics returned) must equal ``expected`` exactly; ``sites`` (the
+    judge's :func:`atomic_sites` of the listing) lets the message point at the first line
+    of a token the detector missed."""
     if res != expected:
-        raise AssertionError(f"{what}: got {res!r:.300}, expected {expected!r}; "
+        missed = [(n, t) for n, t in sites if not isinstance(res, list) or t not in res]
+        where = f" ({missed[0][1]} is on line {missed[0][0]} of the listing)" if missed else ""
+        raise AssertionError(f"{what}: got {res!r:.300}, expected {expected!r}{where}; "
                              f"{detector_hint(res, expected)}")

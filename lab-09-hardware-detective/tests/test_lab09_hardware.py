@@ -41,11 +41,12 @@ SYNTHETIC_EXPECTED = ["atom.global.gpu.relaxed.add.f32", "atom.relaxed.gpu.globa
 @pytest.mark.task("9.1", points=2)
 @pytest.mark.rule("atomics")
 def test_find_atomics_synthetic_listing(submission):
-    res = submission.call("find_atomics", judge.ptx("synthetic_mixed.ptx"))
+    listing = judge.ptx("synthetic_mixed.ptx")
+    res = submission.call("find_atomics", listing)
     judge.check_detector(res, SYNTHETIC_EXPECTED,
                          "find_atomics on a listing with a repeated atom.add, a CAS retry loop, "
                          "two red. reductions (one with an L2::cache_hint qualifier) and plain "
-                         "loads/stores")
+                         "loads/stores", judge.atomic_sites(listing))
 
 
 @pytest.mark.task("9.1", points=1)
@@ -55,10 +56,11 @@ def test_find_atomics_none_present(submission):
                                   "arithmetic but no atomic")
     # Finding none earns its point only from a detector that finds some where there are some
     # (an answer that is always [] is right here and nowhere else).
-    res = submission.call("find_atomics", judge.ptx("scatter_add_bf16_sm80.ptx"))
+    listing = judge.ptx("scatter_add_bf16_sm80.ptx")
+    res = submission.call("find_atomics", listing)
     judge.check_detector(res, ["atom.relaxed.gpu.global.cas.b32"],
                          "find_atomics on a real listing with a CAS loop, after the listing "
-                         "without atomics")
+                         "without atomics", judge.atomic_sites(listing))
 
 
 @pytest.mark.task("9.1", points=1)
@@ -68,9 +70,11 @@ def test_find_atomics_none_present(submission):
                                   "red.global.gpu.relaxed.add.noftz.f16"]),
 ], ids=["bf16-scatter-sm80", "mixed-sm90"])
 def test_find_atomics_real_ptx(submission, name, expected):
-    res = submission.call("find_atomics", judge.ptx(name))
+    listing = judge.ptx(name)
+    res = submission.call("find_atomics", listing)
     judge.check_detector(res, expected,
-                         f"find_atomics on tests/ptx/{name} (a real compiled kernel)")
+                         f"find_atomics on tests/ptx/{name} (a real compiled kernel)",
+                         judge.atomic_sites(listing))
 
 
 @pytest.mark.task("9.1", points=1)
@@ -80,18 +84,19 @@ def test_find_atomics_on_the_backward_kernel(submission):
     signature = {name: kind for name, (kind, _why) in expected.items()}
     constexprs = {n: AOT_SIZES[n] for n, kind in signature.items() if kind == "constexpr"}
     ptx, res = submission.run(probes.live_ptx_probe, signature, constexprs, 90)
+    sites = judge.atomic_sites(ptx) if isinstance(ptx, str) else []
     # The listing is compiled in your process: the judge holds it to what the compiler makes of
     # this kernel (its entry, the sm_90 target, atomic adds), so an empty or made-up text that
     # agrees with its own answer earns nothing.
     if not isinstance(ptx, str) or not re.search(rf"\.entry\s+{BACKWARD}\b", ptx) \
             or not re.search(r"^\s*\.target\s+sm_90a?\b", ptx, flags=re.M) \
-            or not judge.atomics(ptx):
+            or not sites:
         raise AssertionError("the lab 08 backward kernel compiled for sm_90 came back without "
                              "its .entry, its sm_90 target or any atomic: the compilation in "
                              "your process was changed")
-    judge.check_detector(res, judge.atomics(ptx), "find_atomics on the lab 08 backward kernel "
-                                                  "compiled for sm_90 with a bf16 grad_value "
-                                                  "buffer")
+    judge.check_detector(res, sorted({token for _, token in sites}),
+                         "find_atomics on the lab 08 backward kernel compiled for sm_90 with a "
+                         "bf16 grad_value buffer", sites)
     # The listing is compiled in your process: it is believed only where the judge reads in
     # your source that nothing there can replace the compiler or what it is given.
     # Reading Triton's compiler is part of this lab's work (a write to it is still named).
@@ -112,7 +117,7 @@ def _check_classes(submission, lists, expected, why):
     res = submission.run(probes.classify_many, asked)
     right = [expected] * len(lists) + [cls for _, cls in others]
     # A mistake is named only when its answers equal yours on every list of this test.
-    variants = answers_of(CLASSIFY, [(list(tokens),) for tokens in asked])
+    variants = answers_of(CLASSIFY, [(list(tokens), cls) for tokens, cls in zip(asked, right)])
     for tokens, got in zip(lists, res):
         if got != expected:
             raise answers_mismatch(f"classify_atomics({tokens}) returned {got!r}, expected "
@@ -309,7 +314,7 @@ def _check_lowering(ptx, what, cc, buffer, value_dtype):
     if not re.search(rf"\.entry\s+{BACKWARD}\b", ptx):
         raise AssertionError(f"{what}: the PTX holds no .entry {BACKWARD}: compile the kernel "
                              f"you are given")
-    tokens = judge.atomics(ptx)
+    tokens = sorted({token for _, token in judge.atomic_sites(ptx)})
     if not tokens:
         raise AssertionError(f"{what}: the PTX holds no atomic instruction at all")
     if cc < 90 and buffer == "bf16":

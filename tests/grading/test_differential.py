@@ -133,7 +133,7 @@ def test_the_classification_catalogue_never_names_right_answers(lists):
 
     want = [right(t) for t in lists]
     found = answers_mismatch("m", list(want), want,
-                             answers_of(CLASSIFY, [(t,) for t in lists])).evidence
+                             answers_of(CLASSIFY, list(zip(lists, want)))).evidence
     assert found.named == ""
 
 

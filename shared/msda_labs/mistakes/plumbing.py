@@ -9,7 +9,8 @@ the judge's own (its truth tables and the chip's kernel signature); nothing here
 
 - :data:`SWITCH`: ``use_fp32_grad_accum``, ``(dtype name, (major, minor), the right answer) ->
   bool`` (or ``("tensor", bool)`` for a 0-d tensor);
-- :data:`CLASSIFY`: ``classify_atomics``, ``tokens -> "emulated" | "native" | "none"``;
+- :data:`CLASSIFY`: ``classify_atomics``, ``(tokens, the right class) -> "emulated" | "native" |
+  "none"``;
 - :data:`SIGNATURE`: ``backward_signature``, ``(params, value dtype, grad_value dtype) ->
   {argument: type}``, ``params`` being ``(name, is_constexpr)`` of the lab 08 kernel;
 - :data:`FLAG`: the accumulator flag that reaches ``msda_backward``, ``(dtype name, flag given,
@@ -78,47 +79,51 @@ def tensor(dtype: str, capability, right: bool):
 
 
 # -- classify_atomics (Task 9.2) ------------------------------------------------------------------
-def _classes(tokens, emulated) -> str:
-    if not tokens:
-        return "none"
-    return "emulated" if any(emulated(t) for t in tokens) else "native"
+# Each entry is the right class (the judge's, given as ``right``) changed where its misreading
+# changes it: the catalogue describes how a classification goes wrong and holds no classifier.
+def _cas_missed(tokens, right, seen) -> str:
+    """``right``, except that a kernel whose compare-and-swap the misreading does not see
+    (``seen(token)`` false for every token) reads as native."""
+    return "native" if right == "emulated" and not any(seen(t) for t in tokens) else right
 
 
 @CLASSIFY.register("substring", "a substring match: 'cas' found inside another qualifier "
                                 "(multicast), where only a whole dot-separated qualifier cas "
                                 "means a compare-and-swap")
-def substring(tokens) -> str:
-    return _classes(tokens, lambda t: "cas" in t)
+def substring(tokens, right: str) -> str:
+    return "emulated" if any("cas" in t for t in tokens) else right
 
 
 @CLASSIFY.register("one_spelling", "one spelling of cas: only tokens ending in .cas.b32 counted, "
                                    "where any token with a cas qualifier is a compare-and-swap, "
                                    "whatever its width, and whatever the order of the other "
                                    "qualifiers")
-def one_spelling(tokens) -> str:
-    return _classes(tokens, lambda t: t.endswith(".cas.b32"))
+def one_spelling(tokens, right: str) -> str:
+    return _cas_missed(tokens, right, lambda t: t.endswith(".cas.b32"))
 
 
 @CLASSIFY.register("fixed_position", "cas looked for at one position of the token: a cas part "
                                      "anywhere in it means a compare-and-swap, whatever the "
                                      "order of the other qualifiers (it changes between "
                                      "compiler versions)")
-def fixed_position(tokens) -> str:
-    return _classes(tokens, lambda t: len(t.split(".")) > 2 and t.split(".")[2] == "cas")
+def fixed_position(tokens, right: str) -> str:
+    return _cas_missed(tokens, right, lambda t: t.split(".")[2:3] == ["cas"])
 
 
 @CLASSIFY.register("atom_is_emulated", "every atom. read as a compare-and-swap: an atom.add "
                                        "returns the old value and a red.add does not, but both "
                                        "are one hardware instruction; only a cas qualifier "
                                        "means a retry loop")
-def atom_is_emulated(tokens) -> str:
-    return _classes(tokens, lambda t: t.startswith("atom."))
+def atom_is_emulated(tokens, right: str) -> str:
+    if any(t.startswith("atom.") for t in tokens):
+        return "emulated"
+    return _cas_missed(tokens, right, lambda t: False)
 
 
 @CLASSIFY.register("first_token_only", "only the first token read: the kernel is emulated when "
                                        "any of its tokens is a compare-and-swap")
-def first_token_only(tokens) -> str:
-    return _classes(tokens[:1], lambda t: "cas" in t.split("."))
+def first_token_only(tokens, right: str) -> str:
+    return _cas_missed(tokens[:1], right, lambda t: "cas" in t.split("."))
 
 
 # -- backward_signature (Task 9.4) ----------------------------------------------------------------
