@@ -194,6 +194,22 @@ def test_malformed_timings_fail(bad):
         check_reference_speed(bad, what="x")
 
 
+def test_a_capture_that_fails_gives_its_memory_back_before_the_fallback(monkeypatch):
+    # A capture that runs out of memory leaves its private pool reserved until the graphs are
+    # collected and the cache emptied; the fallback to events needs that memory.
+    calls = []
+
+    def capture(fn, inner):
+        calls.append("capture")
+        raise torch.OutOfMemoryError("CUDA out of memory (a stand-in)")
+
+    monkeypatch.setattr(timing, "_capture", capture)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: calls.append("synchronize"))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
+    assert timing._graphs({"fn": lambda: None}, None, 10) is None
+    assert calls == ["capture", "synchronize", "empty_cache"]
+
+
 # -- on a CUDA GPU --------------------------------------------------------------------------------
 @pytest.mark.skipif(NO_CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("method", ["cuda-graph", "cuda-events"])

@@ -31,6 +31,7 @@ method the child's race used (:mod:`msda_labs.grading.judge.baseline`), and merg
 
 from __future__ import annotations
 
+import gc
 import math
 import statistics
 import time
@@ -135,8 +136,14 @@ def _graphs(fns: Mapping[str, Callable[[], object]], flush, inner: int):
         work = {name: _capture(with_flush(fn), inner) for name, fn in fns.items()}
     except Exception:  # noqa: BLE001 - a call that cannot be captured falls back to events
         torch.cuda.synchronize()
-        return None
-    return base, work
+    else:
+        return base, work
+    # Once the exception is gone, nothing refers to the graphs captured so far or to the private
+    # memory pool of the capture that failed: hand that memory back, or a capture that ran out of
+    # memory would leave the device full for the fallback that follows.
+    gc.collect()
+    torch.cuda.empty_cache()
+    return None
 
 
 def _replay(graphs, reps: int, inner: int) -> dict[str, list[float]]:
