@@ -56,6 +56,9 @@ def test_tiny_bench_checks_counts_and_times(tmp_path):
     assert entries["kit/default"]["compiled_graphs"] >= 2  # the encoder and the decoder layer
     assert entries["kit/eager"]["graph_breaks"] is None
     assert len(entries["kit/default"]["warmup_ms"]) == 1
+    # one untimed round of every correct pair before the timed ones, the wrong peer left out
+    assert set(result["warm_round_ms"]) == {f"{op}/{mode}" for op in ("kit", "reference")
+                                            for mode in ("eager", "default")}
     assert set(result["wrapper_host"]) == {"kit (autograd.Function)",
                                            "kit-op (dispatcher, register_autograd)",
                                            "lab10 (validation, autograd.Function)"}
