@@ -3,8 +3,8 @@
 Each function takes the student's module first and returns tensors or plain data for the judge
 (test_lab06_fast.py). The interpreter probes launch the chunked kernel themselves on guarded
 inputs (value between NaN guards, loc and attn between zero guards) into an output pre-filled
-with a NaN sentinel, whose guards come back too; the GPU probes time your launches with
-msda_labs.grading.speed.timing (the judge times the chip's itself: judge_lab06.with_chip).
+with a NaN sentinel, whose guards come back too. The GPU probes run your launches on the
+device for the judge to check; every time that is graded is the judge's clock's (speedjudge).
 """
 
 import torch
@@ -12,7 +12,6 @@ import torch
 from msda_labs.grading.judge import probes
 from msda_labs.grading.judge.guards import cdiv, sentinel_buffer
 from msda_labs.grading.judge.spies import KernelLaunches
-from msda_labs.grading.speed import timing
 from msda_labs.student import runtime
 from msda_labs.student.cases import make_inputs
 
@@ -150,36 +149,38 @@ def gpu_outputs(module, case, dtype, chunks, inputs=None):
     return outs
 
 
-def gpu_race(module, case, chunks):
-    """Outputs, then device times of every CHUNK_D side by side in one run."""
-    inputs = make_inputs(case, torch.float16, device="cuda")
-    outs = gpu_outputs(module, case, torch.float16, chunks, inputs)
-    fns = {str(c): (lambda c=c: module.msda_forward_chunked(*inputs, CHUNK_D=c)) for c in chunks}
-    return {**timing.race_all(fns, keep=()), "outputs": outs}
-
-
 def gpu_speed(module, case):
-    """Your wide launch (the wrapper's defaults): output, device time and end-to-end time per
-    call (the judge times the chip beside it: judge_lab06.with_chip)."""
+    """Your wide launch (the wrapper's defaults) on the case's device inputs: its output, checked
+    by the judge before the judge's clock times it (speedjudge)."""
     inputs = make_inputs(case, torch.float16, device="cuda")
     shape = (case.B, case.Q, case.M, case.D)
     out = _poisoned(lambda: module.msda_forward_chunked(*inputs), shape, torch.float16)
     torch.cuda.synchronize()
-    fns = {"yours": lambda: module.msda_forward_chunked(*inputs)}
-    return {"out": out, **timing.race_all(fns, keep=(), with_end_to_end=True)}
+    return {"out": out}
 
 
 def gpu_autotune(module, case):
-    """The default-config autotuned launcher (tunes on its first call), timed beside your
-    fixed-config wrapper (the judge times the chip's kernel: judge_lab06.with_chip)."""
+    """The default-config autotuned launcher (it tunes on this first call): its output, the
+    config it chose and the number of configs it holds. Its time is the judge's clock's."""
     inputs = make_inputs(case, torch.float16, device="cuda")
     kernel = module.make_autotuned_forward()
     out = _poisoned(lambda: module.msda_forward_autotuned(*inputs, kernel=kernel),
                     (case.B, case.Q, case.M, case.D), torch.float16)
     torch.cuda.synchronize()
-    fns = {"autotuned": lambda: module.msda_forward_autotuned(*inputs, kernel=kernel),
-           "fixed": lambda: module.msda_forward_chunked(*inputs)}
-    measured = timing.race_all(fns, keep=(), with_end_to_end=True)
     best = getattr(kernel, "best_config", None)
     return {"out": out, "best_config": describe_config(best) if best is not None else None,
-            "n_configs": len(getattr(kernel, "configs", [])), **measured}
+            "n_configs": len(getattr(kernel, "configs", []))}
+
+
+def gpu_config(module, case, index):
+    """The autotuned launcher through a kernel of the ``index``-th of forward_configs() alone
+    (one config: no tuning), on the case's device inputs; nothing when there is no such config.
+    For compiling ahead: each config's kernel is the one the autotuner launches with it."""
+    configs = module.forward_configs()
+    if index >= len(configs):
+        return None
+    inputs = make_inputs(case, torch.float16, device="cuda")
+    kernel = module.make_autotuned_forward([configs[index]])
+    module.msda_forward_autotuned(*inputs, kernel=kernel)
+    torch.cuda.synchronize()
+    return None

@@ -273,32 +273,3 @@ def check_compiled_kernels(res, what):
         if not compiled.get(part):
             raise AssertionError(f"{what}: Triton compiled no kernel during msda's {part} "
                                  f"(read from its cache on the disk); {STANDIN_HINT}")
-
-
-def with_speed_baselines(measured, case, dtype_name):
-    """The speed probe's result with the judge's own times of the same training step of the
-    PyTorch reference and, where this copy of the kit carries it, the lab 10 chip, on the same
-    seeded inputs on the device (msda_labs.grading.judge.baseline)."""
-    import torch
-
-    from msda_labs.grading.judge.baseline import chip_function, with_baselines
-
-    dev = "cuda" if torch.cuda.is_available() else "cpu"  # the CPU: the kit's plumbing tests
-    value, shapes, starts, loc, attn = make_inputs(case, DTYPES[dtype_name], dev)
-    leaves = tuple(t.requires_grad_(True) for t in (value, loc, attn))
-    grad = probes.grad_out(case, dtype_name, value.device)
-    # The reference reads the level sizes as Python ints: from a CPU copy, so that it does not
-    # wait for the device.
-    host_shapes = shapes.cpu()
-
-    def step(forward):
-        def run():
-            out = forward()
-            return (out, *torch.autograd.grad(out, leaves, grad))
-        return run
-
-    chip = chip_function("lab10", "msda")
-    return with_baselines(measured, {
-        "reference": step(lambda: msda_reference(value, host_shapes, loc, attn)),
-        "chip": None if chip is None else step(lambda: chip(value, shapes, starts, loc, attn)),
-    })

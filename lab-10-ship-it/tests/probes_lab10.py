@@ -351,24 +351,19 @@ def far_probe(module, dtype_name):
     return result
 
 
-def speed_probe(module, case, dtype_name):
+def step_probe(module, case, dtype_name):
     """One training step (msda forward, then the three gradients through autograd) of yours on
-    the case's device inputs, timed (the judge times the reference and the lab 10 chip on the
-    same inputs itself); your first step's (out, grad_value, grad_loc, grad_attn) come back, and
-    the kernels that step launched."""
-    from msda_labs.grading.speed.timing import race_all
-
+    the case's device inputs, untimed: its (out, grad_value, grad_loc, grad_attn) and the kernels
+    it launched come back. The step's time is the judge's clock's (speedjudge), never this
+    process's."""
     value, shapes, starts, loc, attn = device_inputs(case, dtype_name, requires_grad=True)
     leaves = (value, loc, attn)
     grad = grad_out(case, dtype_name, value.device)
-
-    def step():
-        out = module.msda(value, shapes, starts, loc, attn)
-        return (out, *torch.autograd.grad(out, leaves, grad))
-
     with KernelLaunches() as forward:
         out = module.msda(value, shapes, starts, loc, attn)
     with KernelLaunches() as back:
-        torch.autograd.grad(out, leaves, grad)
-    return {**race_all({"yours": step}),
+        grads = torch.autograd.grad(out, leaves, grad)
+    if value.is_cuda:
+        torch.cuda.synchronize()
+    return {"outputs": {"yours": (out.detach(), *grads)},
             "launched": {"forward": forward.names, "backward": back.names}}

@@ -32,13 +32,15 @@ from msda_labs.grading.judge.speedjudge import (
     judge_msda_speed,
     timed_tolerance,
 )
-from msda_labs.grading.speed.timing import (
-    REFERENCE_LIMIT,
-    add_note,
-    check_reference_speed,
-    reference_speed_line,
+from msda_labs.grading.speed.timing import REFERENCE_LIMIT, check_reference_speed
+from msda_labs.truth.cases import (
+    DECODER,
+    DEVICE_BOUND,
+    EXACT_KNOTS,
+    OUT_OF_BOUNDS,
+    SINGLE,
+    STANDARD_CASES,
 )
-from msda_labs.truth.cases import DECODER, EXACT_KNOTS, OUT_OF_BOUNDS, SINGLE, STANDARD_CASES
 from msda_labs.truth.reference import msda_reference, reference_grads
 
 # The lab as the grading plugin reads it, declared once for both test files in judge_lab10.py.
@@ -153,6 +155,10 @@ def test_gpu_exam_edge_cases(submission, dtype_name):
         check_kernels_ran(submission, res, f"msda on the GPU on {case.describe()}")
     # Observed from outside: on the first case Triton compiles every kernel afresh, and the judge
     # reads the kernels written to its cache on the disk during the forward and the backward.
+    # Once a stage (in fp32): the launch record above already watches every dtype, and a fresh
+    # cache means compiling everything again.
+    if dtype_name != "float32":
+        return
     case = EDGE_CASES[0]
     res = judge_lab10.run_compiled(submission, case, dtype_name)
     check_output(res, case, dtype_name, "msda on the GPU (Triton's cache in a fresh folder)")
@@ -227,26 +233,24 @@ def test_gpu_exam_accumulator_paths_agree_in_float32(submission):
 
 # -- on a GPU: speed, against the PyTorch reference ----------------------------------------------
 # One training step of the operator (forward, then all three gradients through autograd) is timed
-# in your child; the judge times the same step of the grid_sample reference on the same inputs,
-# with the same method (the reference is never in your process). The baseline is the reference,
-# which every copy of the kit carries; the lab 10 chip is absent from an exported lab 10, so its
-# time is reported where it exists and never graded. The kernels here are always the shipped ones
-# (msda_labs.student.shipped): what this measures is the operator around them (validation,
-# copies, the flag, the autograd glue), and a step that follows the lab costs a fraction of the
-# reference's forty or so torch operations. fp32: atomics of the element type itself on every
-# GPU. A step that waits for the device (validation that reads spatial_shapes on the host does)
-# cannot be captured in a CUDA graph; then every variant is timed with CUDA events, and the
-# report says so.
-SPEED_CASE, SPEED_DTYPE = DECODER, "float32"
+# on the judge's clock against the same step of the grid_sample reference, which every copy of the
+# kit carries; the lab 10 chip is absent from an exported lab 10, so its time is reported where it
+# exists and never graded. The kernels here are always the shipped ones (msda_labs.student.shipped):
+# what this measures is the operator around them (validation, copies, the flag, the autograd
+# glue), and a step that follows the lab costs a fraction of the reference's forty or so torch
+# operations. fp32: atomics of the element type itself on every GPU. The step is first run once,
+# untimed, at the decoder's size: right there with the correctness tests' tolerance, and with the
+# lab's kernels launched. It is timed at the encoder's size (DEVICE_BOUND: 22,223 queries), where
+# the step and not the protocol's own overhead per call (about 350 us) takes the time.
+CHECK_CASE, SPEED_CASE, SPEED_DTYPE = DECODER, DEVICE_BOUND, "float32"
 SPEED_LIMIT = REFERENCE_LIMIT  # your step's time / the reference's
 
 
 @pytest.mark.task("10.4", points=2)
 @pytest.mark.stage("gpu")
 def test_gpu_speed_against_the_reference(submission):
-    case, dtype_name = SPEED_CASE, SPEED_DTYPE
-    measured = judge_lab10.with_speed_baselines(submission.run(probes.speed_probe, case,
-                                                               dtype_name), case, dtype_name)
+    case, dtype_name = CHECK_CASE, SPEED_DTYPE
+    measured = submission.run(probes.step_probe, case, dtype_name)
     step = timed_output(measured)
     what = "msda then backward (the step that is timed) on the GPU"
     # A fast wrong answer earns nothing: the step's output and gradients are checked first.
@@ -257,12 +261,9 @@ def test_gpu_speed_against_the_reference(submission):
     check_output(res, case, dtype_name, what)
     check_grads(res, case, dtype_name, what)
     check_kernels_ran(submission, measured, what)
+    case = SPEED_CASE
     desc = f"msda forward + backward on {case.describe()} in {dtype_name}"
     ref_label = "the same step of the PyTorch reference (grid_sample, autograd)"
-    # The race in your own process stays as feedback; the grade comes from the judge's clock.
-    add_note(submission, "feedback, not graded (timed in your own process): " +
-             reference_speed_line(measured, what=desc, reference_label=ref_label,
-                                  chip_label="the lab 10 chip", limit=SPEED_LIMIT))
     judged = judge_msda_speed(submission, case, dtype_name, fn="msda", call="autograd",
                               truth=_step_truth, close=_step_close(case, dtype_name),
                               baselines=_step_baselines(), verify=SPEED_VERIFIED,
@@ -315,3 +316,14 @@ def _step_baselines() -> dict:
     return {"reference": step(lambda value, shapes, _starts, loc, attn:
                               msda_reference(value, shapes, loc, attn)),
             "chip": None if chip is None else step(chip)}
+
+
+# Before the stage's first test, one child makes these calls at once, in threads, so that their
+# kernels compile in parallel, and the judge compiles its baselines meanwhile
+# (grading.judge.plugin); nothing of it is graded. (Task 10.4's fresh-cache check compiles anew
+# by design, and the far case's 2**31 elements stay with their own test.)
+COMPILE_AHEAD = [
+    *((probes.msda_probe, (DECODER, dtype, flag)) for dtype in DTYPES for flag in (False, True)),
+    *((probes.cases_probe, (EDGE_CASES, dtype)) for dtype in DTYPES),
+]
+JUDGE_COMPILE_AHEAD = [(SPEED_CASE, SPEED_DTYPE, "autograd", _step_baselines)]

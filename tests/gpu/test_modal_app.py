@@ -12,6 +12,7 @@ import pytest
 modal = pytest.importorskip("modal", reason="the Modal client (requirements-dev.txt) is needed")
 
 from msda_labs.gpu import GpuSettings, settings_for  # noqa: E402
+from msda_labs.gpu.body import GPU_STAGE_CPUS  # noqa: E402
 from msda_labs.gpu.modal_app import (  # noqa: E402
     REMOTE_ROOT,
     _ignored,
@@ -46,6 +47,7 @@ def test_app_image_and_function_are_defined_offline():
     spec = getattr(built.grade, "_spec_", None) or getattr(built.grade, "_spec", None)
     if spec is not None:
         assert spec.gpus == "T4"
+        assert spec.cpu == GPU_STAGE_CPUS  # the stage compiles its kernels in parallel
 
 
 def test_every_gpu_lab_of_the_kit_defines_an_app():

@@ -164,7 +164,7 @@ def verdicts(lab05, tmp_path_factory):
         found["lab06"] = lab06._on_the_judges_clock(sub, {"best_config": None}, {
             "autotuned": {"fn": "msda_forward_autotuned", "make": "make_autotuned_forward"},
             "fixed": {"fn": "msda_forward_chunked", "kwargs": {"CHUNK_D": 2}}},
-            case=MULTI_LEVEL)
+            case=MULTI_LEVEL, with_chip=False)
     return found
 
 

@@ -160,7 +160,7 @@ def build(settings: GpuSettings, lab_dir: Path | str) -> BuiltApp:
     # Not serialized: the container imports this module (added with the package) and finds
     # grade_in_container by name, so the caller's Python version need not match the image's.
     function = app.function(
-        image=image, gpu=settings.gpu, timeout=int(settings.job_timeout_s),
+        image=image, gpu=settings.gpu, cpu=settings.cpu, timeout=int(settings.job_timeout_s),
         include_source=False, name=f"grade_{settings.lab}",
     )(grade_in_container)
     return BuiltApp(app=app, image=image, grade=function, settings=settings, lab_dir=lab_dir,

@@ -125,12 +125,35 @@ class GradingSession:
         if mode not in self._preflight:
             self._preflight[mode] = self.executor().run(imported_probe, mode=mode,
                                                         timeout=self.timeout)
+            if mode == "gpu" and self._preflight[mode].kind == "ok":
+                self._compile_ahead()
         outcome = self._preflight[mode]
         if outcome.kind != "ok":
             message = outcome.message
             if outcome.kind in ("crashed", "timeout", "error"):
                 message = f"while importing your module: {message}"
             raise SubmissionProblem.for_outcome(outcome.kind, message)
+
+    def _compile_ahead(self) -> None:
+        """Once a GPU stage, before its first test: the kernels its tests will need, compiled in
+        parallel. Each test module may declare ``COMPILE_AHEAD``, the ``(probe, args)`` its GPU
+        tests run (one child runs them all at once, in threads: :func:`probes.compile_ahead`), and
+        ``JUDGE_COMPILE_AHEAD``, the ``(case, dtype name, call, baselines)`` of its speed trials
+        (compiled meanwhile in a thread of this process: :func:`speedjudge.warm_baselines`).
+        Nothing of it is graded; a failure here leaves the work to the test, which reports it."""
+        from msda_labs.grading.judge import speedjudge
+        from msda_labs.grading.judge.probes import compile_ahead
+
+        modules = list(dict.fromkeys(item.module for item in self.items
+                                     if is_gpu_test(item) and getattr(item, "module", None)))
+        for module in modules:
+            for case, dtype_name, call, baselines in getattr(module, "JUDGE_COMPILE_AHEAD", ()):
+                speedjudge.warm_baselines(case, dtype_name, call, baselines())
+        calls = [call for module in modules for call in getattr(module, "COMPILE_AHEAD", ())]
+        if calls:
+            # within one test's time limit: a submission that hangs costs one limit here
+            self.executor().run(compile_ahead, calls, max(10.0, self.timeout - 15), mode="gpu",
+                                timeout=self.timeout)
 
     def mode_of(self, item: pytest.Item) -> str:
         """Where the submission's code runs for this test: gpu, else the lab's mode."""

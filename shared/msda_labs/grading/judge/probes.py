@@ -20,7 +20,9 @@ kernel on the same guard bands) and is handed on here:
   tensor it makes lies between guard bands (:class:`~msda_labs.student.guards.GuardedAllocations`),
   and a write into them fails the request with :class:`OutOfBoundsWrite`, the same on every run;
 * :func:`both_runs`: a function run twice, with the grader's stand-ins for the parts it is built
-  on and with the student's own.
+  on and with the student's own;
+* :func:`compile_ahead`: the probes a GPU stage's tests will run, all at once in threads of one
+  child, so that their kernels compile in parallel before the first test needs them.
 
 The judge side: :func:`expect_either` (passes when either of :func:`both_runs`' runs matches its
 reference), :func:`run_guarded` (a crash gets the hint that a crash in the interpreter is
@@ -54,7 +56,7 @@ __all__ = ["CRASH_HINT", "on_device", "forward_guard", "launch_forward", "forwar
            "launch_backward", "backward_into_sentinels", "value_guard", "point_guard",
            "run_guarded", "shared_run", "check_forward_output", "timed_output",
            "OutOfBoundsWrite", "guards_allocations", "ALLOCATION_HINT", "expect_either",
-           "own_run", "both_runs"]
+           "own_run", "both_runs", "compile_ahead", "COMPILE_AHEAD_S"]
 
 CRASH_HINT = ("in the interpreter a crash is almost always a load or store at a wild address: "
               "an unmasked lane, or an offset that overflowed")
@@ -265,3 +267,43 @@ def timed_output(measured, name: str = "yours"):
     :func:`~msda_labs.grading.speed.timing.race_all`
     result; None when there is none (the judge's comparison then fails with a clear message)."""
     return measured.get("outputs", {}).get(name) if isinstance(measured, dict) else None
+
+
+# -- a GPU stage's kernels, compiled ahead ---------------------------------------------------------
+COMPILE_AHEAD_S = 240.0  # the longest the threads of compile_ahead are waited for
+
+
+def compile_ahead(module, calls, limit_s: float = COMPILE_AHEAD_S) -> dict[str, str]:
+    """Run every ``(probe, args)`` of ``calls`` on ``module`` once, all at the same time, each in
+    a thread of its own, and drop what they return.
+
+    Triton compiles with the GIL released, so the kernels that these calls launch compile in
+    parallel, one core each, into the kernel cache that the stage's later children share (the
+    sandbox's, kept for the executor's life): a test that makes the same call then finds its
+    kernels compiled. Nothing here is graded or shown: a call that fails (or is not finished
+    after ``limit_s``) leaves its kernels to the test that makes it, which compiles them and
+    reports what goes wrong itself. Returns, per call in order, "ok", "unfinished" or the
+    exception's type name."""
+    import threading
+    import time
+
+    done: dict[int, str] = {}
+
+    def run(i, probe, args):
+        try:
+            probe(module, *args)
+            done[i] = "ok"
+        except BaseException as exc:  # noqa: BLE001 - the test that makes this call reports it
+            done[i] = type(exc).__name__
+
+    threads = [threading.Thread(target=run, args=(i, probe, tuple(args)), daemon=True,
+                                name=f"compile-ahead-{i}")
+               for i, (probe, args) in enumerate(calls)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + limit_s
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    if all(not t.is_alive() for t in threads) and torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return {str(i): done.get(i, "unfinished") for i in range(len(threads))}

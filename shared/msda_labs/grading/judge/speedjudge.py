@@ -63,8 +63,8 @@ from msda_labs.grading.speed.speedstats import (
 from msda_labs.grading.speed.timing import copy_bandwidth_gbs as device_bandwidth_gbs
 
 __all__ = ["forward_spec", "judge_speed", "judge_msda_speed", "msda_floor_bytes",
-           "expect_close_but_borders", "BORDER_SHARE", "TIMED_SLACK", "timed_tolerance",
-           "SpeedTrialFailed", "device_bandwidth_gbs",
+           "warm_baselines", "expect_close_but_borders", "BORDER_SHARE", "TIMED_SLACK",
+           "timed_tolerance", "SpeedTrialFailed", "device_bandwidth_gbs",
            "CACHE_FACTOR", "METHOD", "Limit", "RETRIES", "MAX_REPEAT"]
 
 METHOD = "judge-clock"
@@ -189,6 +189,49 @@ class _CleanServer:
         if self.error is not None:
             raise RuntimeError(f"the judge's own speed server failed: "
                                f"{type(self.error).__name__}: {self.error}") from self.error
+
+
+# -- the judge's kernels, compiled ahead -----------------------------------------------------------
+_WARMING: list[threading.Thread] = []
+WARM_WAIT_S = 300.0  # the longest a timed trial waits for the judge's own compiles
+
+
+def warm_baselines(case, dtype_name: str, call: str, baselines: Mapping[str, Callable | None]
+                   ) -> None:
+    """Start compiling the judge's ``baselines`` of a speed trial now, in a thread of the judge:
+    each is called once on one input set of ``case`` drawn the trial's way, and what it returns is
+    dropped. The grading plugin calls this when a GPU stage begins, so that the chip's kernels
+    compile while the student's children run the correctness tests; :func:`_measure` waits for
+    every such thread before its first timed round, so no warm-up shares the device with a clock.
+    A baseline that fails here fails again, reported, inside its trial."""
+    present = {k: v for k, v in baselines.items() if v is not None}
+    if not present or not torch.cuda.is_available():
+        return
+    op = "forward" if call == "forward" else "backward"
+    spec = forward_spec(case, dtype_name, fn="warm", n=1, op=op, call=call)
+
+    def warm():
+        try:
+            sets, _ = speedtrial.draw_round(spec, secrets.randbits(31), _device())
+            for fn in present.values():
+                try:
+                    fn(*sets[0])
+                except Exception:  # noqa: BLE001 - reported by the trial itself
+                    pass
+            torch.cuda.synchronize()
+        except Exception:  # noqa: BLE001 - the trial draws and compiles again, and reports
+            pass
+
+    thread = threading.Thread(target=warm, name="msda-warm-baselines", daemon=True)
+    thread.start()
+    _WARMING.append(thread)
+
+
+def _wait_for_warming() -> None:
+    deadline = time.monotonic() + WARM_WAIT_S
+    while _WARMING:
+        _WARMING[0].join(max(0.0, deadline - time.monotonic()))
+        _WARMING.pop(0)
 
 
 # -- one round -------------------------------------------------------------------------------------
@@ -485,6 +528,7 @@ def _measure(submission, spec, checker: _Checker, present: Mapping[str, Callable
     """One measurement: the clean server's rounds before the student's child, the clean
     child's no-op, the student's rounds alternating with the clean server's, the clean child's
     no-op again, the clean server's rounds after. Seconds per round, by phase and name."""
+    _wait_for_warming()
     names = ["noop", *present]
     server = _CleanServer({"noop": speedtrial.noop_call(spec), **present}, spec)
     phases: dict[str, dict[str, list[float]]] = {phase: {} for phase in _PHASES}
