@@ -99,3 +99,49 @@ def test_the_chip_baseline_is_the_first_chip_this_copy_carries(judge, monkeypatc
     carried.clear()
     chip, why = judge.chip_baseline()
     assert chip is None and "no chip" in why
+
+
+# -- the three GPU speed tests, end to end, with the judge's clock made up ------------------------
+@pytest.fixture
+def lab06_gpu_tests(tmp_path, monkeypatch):
+    """Lab 06's test module with the judge's clock replaced by one that answers what the real
+    one would for the variants and baselines it is given (the wide tiling 10 times as fast as
+    the narrow one; the chip as fast as yours), and a chip present."""
+    from msda_labs.grading.judge import speedjudge
+
+    monkeypatch.setenv("MSDA_ARTIFACTS_DIR", str(tmp_path))
+    tests = load_file_module(ROOT / "lab-06-make-it-fast" / "tests" / "test_lab06_fast.py",
+                             "_verdicts_test_lab06", beside=True)
+    clocked = []
+
+    def clock(submission, case, dtype_name, *, variants, baselines, **kwargs):
+        clocked.append((case, dtype_name, sorted(variants), sorted(
+            name for name, fn in baselines.items() if fn is not None)))
+        times = {name: 1000.0 if name == "2" else 100.0 for name in variants}
+        times.update({name: 100.0 for name, fn in baselines.items() if fn is not None})
+        return {"times_us": times, "method": "judge-clock", "device": "a GPU", "rounds": 9,
+                "n": 16}
+
+    monkeypatch.setattr(speedjudge, "judge_msda_speed", clock)
+    monkeypatch.setattr(tests.judge, "chip_baseline", lambda: (
+        lambda *inputs: None, "the lab06 chip's msda_forward_chunked"))
+    return tests, clocked
+
+
+def test_the_gpu_speed_tests_read_what_the_judges_clock_returns(lab06_gpu_tests):
+    import torch
+
+    tests, clocked = lab06_gpu_tests
+    right = tests.judge.reference(DECODER, torch.float16).half()
+    tests.test_gpu_race_wide_beats_narrow(FakeSubmission())
+    tests.test_gpu_speed_against_chip(FakeSubmission({"out": right}))
+    tuned = FakeSubmission({"out": right, "n_configs": 6, "best_config": {
+        "kwargs": {"BLOCK_Q": 16}, "num_warps": 2, "num_stages": 3}})
+    tests.test_gpu_autotuned_vs_fixed_and_chip(tuned)
+    speed = tests.SPEED_CASE
+    assert clocked == [
+        (speed, "float16", ["16", "2", "32", "4", "8"], []),  # a race of your own launches
+        (speed, "float16", ["yours"], ["chip"]),
+        (speed, "float16", ["autotuned", "fixed"], ["chip"]),
+    ]
+    assert "best config BLOCK_Q=16, num_warps=2" in tuned.notes[-1]
