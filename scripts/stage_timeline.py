@@ -61,6 +61,16 @@ def main(argv: list[str]) -> int:
         return getattr(fn, "__name__", str(fn))
 
     wrap(executor.Executor, "run", "child.run", probe)
+    ran = executor.Executor.run
+
+    @functools.wraps(ran)
+    def run_and_say(self, fn, *args, **kwargs):  # what compiling ahead did, call by call
+        outcome = ran(self, fn, *args, **kwargs)
+        if getattr(fn, "__name__", "") == "compile_ahead":
+            log(f"  compile_ahead: {outcome.kind} {outcome.value or outcome.message}")
+        return outcome
+
+    executor.Executor.run = run_and_say
     wrap(executor.Executor, "converse", "child.converse", probe)
     wrap(executor.Executor, "_ready", "zygote.ready")
     wrap(speedjudge, "_measure")

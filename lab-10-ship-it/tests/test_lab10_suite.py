@@ -273,9 +273,11 @@ def test_gpu_speed_against_the_reference(submission):
 
 
 # The judge's clock (msda_labs.grading.judge.speedjudge): 16 steps a round on input sets drawn from
-# a seed your child sees only when the clock starts; two steps of every round, picked at random
-# afterwards, are checked in full (the checksums sent inside the timed window bind the others).
-SPEED_VERIFIED = 2
+# a seed your child sees only when the clock starts; one step of every round, picked at random
+# afterwards, is checked in full (the checksums sent inside the timed window bind the others).
+# One, not two: a step's output and three gradients at the encoder's size are 160 MB to send back
+# and check, 1.3 s each on an H100 host, most of the speed test's time.
+SPEED_VERIFIED = 1
 
 
 def _step_truth(inputs):
