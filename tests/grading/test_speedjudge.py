@@ -192,7 +192,8 @@ def test_lab10_step_is_timed_and_checked_on_the_judges_clock(verdicts):
     measured = verdicts["lab10"]
     assert set(measured["times_us"]) == {"yours", "reference"}
     assert measured["method"] == "judge-clock"
-    assert measured["verified"] == 4 * 2 * measured["attempts"]
+    # one call of each of the four rounds checked in full (a step's outputs are large)
+    assert measured["verified"] == 4 * 1 * measured["attempts"]
 
 
 def test_the_honest_submission_passes_with_its_outputs_checked(verdicts):
